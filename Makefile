@@ -1,0 +1,33 @@
+# cronoq developer commands. `make test` works on a fresh machine: it builds .venv/ first.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: test run bench lint typecheck venv clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+typecheck: $(STAMP)
+	$(PY) scripts/typecheck.py
+
+test: lint typecheck
+	$(PY) -m pytest -q
+
+run: $(STAMP)
+	$(PY) -m cronoq.demo
+
+bench: $(STAMP)
+	$(PY) loadtests/engine_bench.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,1 @@
+"""cronoq.cluster."""

@@ -1,0 +1,1 @@
+"""cronoq: an elastic, priority-aware task scheduler."""

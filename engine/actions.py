@@ -1,0 +1,184 @@
+"""What the engine asks its driver to do, and the mutations it asks it to persist.
+
+The driver commits the step's ``Persist`` first; only after it is durable does it resolve
+acknowledgements, hand ``Dispatch`` leases to executors or workers and publish events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from .types import Priority, RecurringSpec, TaskSpec, TaskStatus
+
+
+@dataclass(frozen=True, slots=True)
+class StatusEvent:
+    id: int
+    pool: str
+    key: str | None
+    status: TaskStatus
+    attempt: int
+    at: int
+    message: str | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Persisted mutations (the store is a write-ahead log of these)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRecord:
+    """A task as submitted: everything needed to re-create it after a restart."""
+
+    id: int
+    pool: str
+    spec: TaskSpec
+    submitted_at: int
+    status: TaskStatus
+    max_attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class PutTask:
+    task: TaskRecord
+
+
+@dataclass(frozen=True, slots=True)
+class SetStatus:
+    """A status change. ``attempt`` is the number of attempts started so far.
+
+    Terminal statuses carry the final ``message``; ``Succeeded`` carries ``output``.
+    """
+
+    id: int
+    status: TaskStatus
+    attempt: int
+    at: int
+    message: str | None = None
+    retry_at: int | None = None
+    output: object = None
+    has_output: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PutRecurring:
+    spec: RecurringSpec
+    next_at: int | None
+    last_task_id: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRecurring:
+    name: str
+
+
+Mutation = PutTask | SetStatus | PutRecurring | DeleteRecurring
+
+
+# ---------------------------------------------------------------------------------------------
+# Actions
+
+
+@dataclass(frozen=True, slots=True)
+class Persist:
+    """Every mutation of one engine step, to be committed in one transaction."""
+
+    mutations: list[Mutation]
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """One attempt handed to a pool. ``(task_id, attempt)`` is the fencing token."""
+
+    id: int
+    task_id: int
+    attempt: int
+    pool: str
+    group: Mapping[str, str]
+    payload: object
+    kind: str
+    key: str | None
+    priority: Priority
+    tags: Mapping[str, str]
+    timeout: int | None
+    deadline: int | None
+    lease_ttl: int | None
+    started_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class Dispatch:
+    lease: Lease
+
+
+@dataclass(frozen=True, slots=True)
+class Abort:
+    """Stop the attempt behind ``lease_id`` (timeout, cancellation, lease expiry)."""
+
+    lease_id: int
+    task_id: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Publish:
+    """An intermediate transition (only with ``emit_transitions``)."""
+
+    event: StatusEvent
+
+
+@dataclass(frozen=True, slots=True)
+class Resolve:
+    """A task reached a terminal status: publish ``event`` and resolve anything awaiting it."""
+
+    event: StatusEvent
+    output: object = None
+    has_output: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Scale:
+    pool: str
+    desired: int
+
+
+@dataclass(frozen=True, slots=True)
+class SpaceAvailable:
+    """Pending work left a bound that made a submission fail with Full: retry waiting submitters."""
+
+    pool: str | None
+
+
+Action = Persist | Dispatch | Abort | Publish | Resolve | Scale | SpaceAvailable
+
+
+# ---------------------------------------------------------------------------------------------
+# Recovery input for Core.restore()
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveredTask:
+    record: TaskRecord
+    status: TaskStatus
+    attempt: int
+    message: str | None = None
+    started_at: int | None = None
+    finished_at: int | None = None
+    retry_at: int | None = None
+    has_output: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveredRecurring:
+    spec: RecurringSpec
+    next_at: int | None
+    last_task_id: int | None
+
+
+@dataclass(slots=True)
+class Recovered:
+    tasks: list[RecoveredTask] = field(default_factory=list)
+    recurring: list[RecoveredRecurring] = field(default_factory=list)
+    id_high_water: int = 0
+    lease_high_water: int = 0
