@@ -1,0 +1,251 @@
+"""The engine's mutable records: tasks, pools, worker groups, leases and schedules.
+
+These are internal to the engine; the public views are built in ``views.py`` and ``snapshot.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+from .autoscale import Autoscaler
+from .config import PoolConfig
+from .cron import CronSchedule
+from .lanes import FifoLane, KeyedLane
+from .reservations import ReservationBook
+from .stats import LogLinearHistogram, MetricsWindow
+from .types import CLASSES, Dep, EdgeCond, FixedStart, RecurringSpec, RetryPolicy, TaskSpec, TaskStatus
+
+# Where a non-running task currently sits (for removal and invariant checks).
+NOWHERE: Final = 0
+IN_FIFO: Final = 1
+IN_EDF: Final = 2
+IN_SFQ: Final = 3
+IN_DUE: Final = 4
+PARKED_RESOURCE: Final = 5
+PARKED_LABELS: Final = 6
+WAITING_HOLD: Final = 7
+
+LabelKey = frozenset[tuple[str, str]]
+NO_LABELS: Final[LabelKey] = frozenset()
+
+
+class Task:
+    """One task. ``seq`` orders submissions; it equals the id (ids grow in submission order)."""
+
+    __slots__ = (
+        "attempt",
+        "awaiting",
+        "children",
+        "cls",
+        "deadline",
+        "deps",
+        "est",
+        "finished_at",
+        "fixed",
+        "fixed_done",
+        "has_output",
+        "holding",
+        "id",
+        "key",
+        "kind",
+        "labels",
+        "lease",
+        "lst",
+        "max_attempts",
+        "message",
+        "pool",
+        "qgen",
+        "ready_at",
+        "recurring",
+        "retry",
+        "retry_at",
+        "seq",
+        "spec",
+        "started_at",
+        "status",
+        "submitted_at",
+        "tags",
+        "tenant",
+        "unmet",
+        "where",
+    )
+
+    def __init__(self, task_id: int, pool: Pool, spec: TaskSpec, now: int, retry: RetryPolicy) -> None:
+        self.id = task_id
+        self.seq = task_id
+        self.pool = pool
+        self.spec: TaskSpec | None = spec
+        self.cls: int = int(spec.priority)
+        self.key = spec.key
+        self.kind = spec.kind
+        self.tenant = spec.tenant
+        self.tags = spec.tags
+        self.status = TaskStatus.READY
+        self.attempt = 0
+        self.retry = retry
+        self.max_attempts = retry.max_attempts
+        self.submitted_at = now
+        self.ready_at = now
+        self.deadline = spec.deadline
+        self.est = 0
+        self.lst = 0
+        self.fixed: FixedStart | None = spec.fixed_start
+        self.fixed_done = False  # the fixed start was met, missed or no longer applies
+        self.holding = False
+        self.unmet = 0
+        self.awaiting: set[str] | None = None
+        self.children: list[tuple[Task, EdgeCond]] | None = None
+        self.deps: tuple[Dep, ...] = spec.deps
+        self.labels: LabelKey = frozenset(spec.labels.items()) if spec.labels else NO_LABELS
+        self.lease: LeaseState | None = None
+        self.retry_at: int | None = None
+        self.started_at: int | None = None
+        self.finished_at: int | None = None
+        self.message: str | None = None
+        self.has_output = False
+        self.qgen = 0
+        self.where = NOWHERE
+        self.recurring: str | None = spec.tags.get("cronoq.recurring") if spec.tags else None
+
+    def __repr__(self) -> str:
+        return f"<Task {self.id} {self.status.value} pool={self.pool.name} cls={self.cls}>"
+
+
+class LeaseState:
+    __slots__ = ("active", "expires_at", "group", "id", "started_at", "task")
+
+    def __init__(self, lease_id: int, task: Task, group: Group, now: int, ttl: int | None) -> None:
+        self.id = lease_id
+        self.task = task
+        self.group = group
+        self.started_at = now
+        self.expires_at = now + ttl if ttl is not None else None
+        self.active = True
+
+
+class Group:
+    """Workers of a pool that carry exactly the same labels."""
+
+    __slots__ = ("busy", "capacity", "key", "labels")
+
+    def __init__(self, key: LabelKey) -> None:
+        self.key = key
+        self.labels: Mapping[str, str] = dict(key)
+        self.capacity = 0
+        self.busy = 0
+
+    def serves(self, required: LabelKey) -> bool:
+        return required <= self.key
+
+
+class Pool:
+    __slots__ = (
+        "autoscaler",
+        "busy",
+        "capacity",
+        "config",
+        "counts",
+        "desired",
+        "due",
+        "edf",
+        "fifo",
+        "finish_tags",
+        "groups",
+        "held",
+        "hold_waiters",
+        "index",
+        "kind_durations",
+        "kind_medians",
+        "label_waiters",
+        "last_worker_change",
+        "name",
+        "pending",
+        "pending_by_class",
+        "ready",
+        "reservations",
+        "run_all",
+        "run_median",
+        "run_median_count",
+        "sfq",
+        "virtual_time",
+        "window",
+        "worker_ns",
+    )
+
+    def __init__(self, config: PoolConfig, index: int, window: int, now: int) -> None:
+        self.config = config
+        self.name = config.name
+        self.index = index
+        self.fifo: list[FifoLane[Task]] = [FifoLane() for _ in range(CLASSES)]
+        self.edf: list[KeyedLane[Task]] = [KeyedLane() for _ in range(CLASSES)]
+        self.sfq: list[KeyedLane[Task]] | None = (
+            [KeyedLane() for _ in range(CLASSES)] if config.fairness is not None else None
+        )
+        self.virtual_time = [0.0] * CLASSES
+        self.finish_tags: list[dict[str | None, float]] = [{} for _ in range(CLASSES)]
+        self.due: KeyedLane[Task] = KeyedLane()
+        self.label_waiters: dict[LabelKey, KeyedLane[Task]] = {}
+        self.hold_waiters: KeyedLane[Task] = KeyedLane()
+        # Tasks in the lanes (live entries), by class: the ones dispatch can see.
+        self.ready = [0] * CLASSES
+        self.pending_by_class = [0] * CLASSES
+        self.pending = 0
+        # counts[status_index][class] of non-terminal tasks, for snapshots and the autoscaler.
+        self.counts = [[0] * CLASSES for _ in range(5)]
+        unlabeled = Group(NO_LABELS)
+        self.groups: dict[LabelKey, Group] = {NO_LABELS: unlabeled}
+        initial = config.initial_workers
+        if initial is None:
+            initial = config.min_workers if config.autoscale is not None else config.max_workers
+        unlabeled.capacity = initial
+        self.capacity = initial
+        self.busy = 0
+        self.held = 0
+        self.desired = initial
+        self.reservations = ReservationBook(config.reservation_limit)
+        self.window = MetricsWindow(window, 12, now)
+        self.autoscaler: Autoscaler | None = (
+            Autoscaler(config.autoscale, config.min_workers, config.max_workers, config.default_duration,
+                       initial, now)
+            if config.autoscale is not None
+            else None
+        )
+        self.kind_durations: dict[str, LogLinearHistogram] = {}
+        self.kind_medians: dict[str, tuple[int, int]] = {}
+        self.run_all = LogLinearHistogram()
+        self.run_median = 0
+        self.run_median_count = 0
+        self.worker_ns = 0
+        self.last_worker_change = now
+
+    def due_tasks(self) -> list[Task]:
+        """Live entries of the due queue (few: fixed-start work whose time has come)."""
+        return self.due.live()
+
+    @property
+    def free(self) -> int:
+        """Slots regular work may take now."""
+        return self.capacity - self.busy - self.held
+
+
+STATUS_INDEX: Final = {
+    TaskStatus.BLOCKED: 0,
+    TaskStatus.SCHEDULED: 1,
+    TaskStatus.READY: 2,
+    TaskStatus.RETRYING: 3,
+    TaskStatus.RUNNING: 4,
+}
+
+
+class Schedule:
+    __slots__ = ("cron", "invalid", "last_start", "last_task_id", "next_at", "spec", "timer_gen")
+
+    def __init__(self, spec: RecurringSpec, cron: CronSchedule) -> None:
+        self.spec = spec
+        self.cron = cron
+        self.next_at: int | None = None
+        self.last_task_id: int | None = None
+        self.last_start: int | None = None
+        self.invalid = False
+        self.timer_gen = 0

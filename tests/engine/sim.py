@@ -1,0 +1,149 @@
+"""A virtual-time harness for driving the engine in tests.
+
+``Sim`` owns a ``Core`` and a clock. Every call advances nothing by itself; ``advance(seconds)``
+moves the clock, firing timers at their exact times (``tick`` at each wakeup on the way). Dispatches
+are collected in ``running`` (lease id -> Lease) so tests can complete them explicitly, or
+``auto_complete`` them after a per-task run time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from cronoq.engine import (
+    Abort,
+    Action,
+    Core,
+    CoreConfig,
+    Dispatch,
+    Failure,
+    Lease,
+    Outcome,
+    Persist,
+    PoolConfig,
+    Publish,
+    Resolve,
+    Scale,
+    StatusEvent,
+    Success,
+    TaskSpec,
+)
+from cronoq.engine.types import NS_PER_S
+
+START = 1_700_000_000 * NS_PER_S  # a fixed, realistic epoch for every test
+
+
+def ns(seconds: float) -> int:
+    return round(seconds * NS_PER_S)
+
+
+@dataclass
+class Sim:
+    core: Core
+    now: int = START
+    running: dict[int, Lease] = field(default_factory=dict)
+    dispatched: list[Lease] = field(default_factory=list)
+    resolved: list[Resolve] = field(default_factory=list)
+    events: list[StatusEvent] = field(default_factory=list)
+    aborts: list[Abort] = field(default_factory=list)
+    scales: list[Scale] = field(default_factory=list)
+    persisted: list[object] = field(default_factory=list)
+    check: bool = True
+    # When set, called for each dispatch to decide (run seconds, outcome); completed automatically.
+    runner: Callable[[Lease], tuple[float, Outcome]] | None = None
+    _scheduled: list[tuple[int, int, Outcome]] = field(default_factory=list)
+
+    @classmethod
+    def make(cls, *pools: PoolConfig, check: bool = True, **config: object) -> Sim:
+        if not pools:
+            pools = (PoolConfig("default", max_workers=4, initial_workers=4),)
+        core = Core(CoreConfig(pools=pools, **config), now=START)  # type: ignore[arg-type]
+        return cls(core, check=check)
+
+    @property
+    def t(self) -> float:
+        """Seconds since the start of the test."""
+        return (self.now - START) / NS_PER_S
+
+    def submit(self, payload: object = None, **spec: object) -> int:
+        result = self.core.submit(self.now, TaskSpec(payload=payload, **spec))  # type: ignore[arg-type]
+        self.step()
+        return result.id
+
+    def submit_batch(self, specs: Sequence[TaskSpec]) -> list[int]:
+        results = self.core.submit_batch(self.now, specs)
+        self.step()
+        return [r.id for r in results]
+
+    def complete(self, lease: Lease | int, outcome: Outcome | None = None) -> bool:
+        lease_id = lease if isinstance(lease, int) else lease.id
+        ok = self.core.complete(self.now, lease_id, outcome if outcome is not None else Success(None))
+        self.running.pop(lease_id, None)
+        self.step()
+        return ok
+
+    def fail(self, lease: Lease | int, message: str = "boom", permanent: bool = False) -> bool:
+        return self.complete(lease, Failure(message, permanent))
+
+    def step(self) -> list[Action]:
+        self.core.tick(self.now)
+        actions = self.core.drain_actions()
+        for action in actions:
+            if isinstance(action, Dispatch):
+                lease = action.lease
+                self.running[lease.id] = lease
+                self.dispatched.append(lease)
+                if self.runner is not None:
+                    seconds, outcome = self.runner(lease)
+                    self._scheduled.append((self.now + ns(seconds), lease.id, outcome))
+                    self._scheduled.sort(key=lambda item: (item[0], item[1]))
+            elif isinstance(action, Resolve):
+                self.resolved.append(action)
+                self.events.append(action.event)
+            elif isinstance(action, Publish):
+                self.events.append(action.event)
+            elif isinstance(action, Abort):
+                self.aborts.append(action)
+                self.running.pop(action.lease_id, None)
+            elif isinstance(action, Scale):
+                self.scales.append(action)
+            elif isinstance(action, Persist):
+                self.persisted.extend(action.mutations)
+        if self.check:
+            self.core.check_invariants()
+        return actions
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock forward, stopping at every timer and scheduled completion on the way."""
+        target = self.now + ns(seconds)
+        while True:
+            wake = self.core.next_wakeup()
+            done_at = self._scheduled[0][0] if self._scheduled else None
+            candidates = [w for w in (wake, done_at) if w is not None and w <= target]
+            if not candidates:
+                break
+            self.now = max(self.now, min(candidates))
+            while self._scheduled and self._scheduled[0][0] <= self.now:
+                _, lease_id, outcome = self._scheduled.pop(0)
+                if lease_id in self.running:
+                    self.core.complete(self.now, lease_id, outcome)
+                    self.running.pop(lease_id, None)
+            self.step()
+        self.now = target
+        self.step()
+
+    def status(self, ref: int | str) -> str:
+        info = self.core.get(ref)
+        assert info is not None, f"no task {ref!r}"
+        return info.status.value
+
+    def lease_of(self, task_id: int) -> Lease:
+        for lease in self.running.values():
+            if lease.task_id == task_id:
+                return lease
+        raise AssertionError(f"task {task_id} is not running")
+
+    def order(self) -> list[object]:
+        """Payloads in dispatch order."""
+        return [lease.payload for lease in self.dispatched]
