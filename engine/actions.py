@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from .types import Priority, RecurringSpec, TaskSpec, TaskStatus
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class StatusEvent:
     id: int
     pool: str
@@ -27,7 +27,7 @@ class StatusEvent:
 # Persisted mutations (the store is a write-ahead log of these)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TaskRecord:
     """A task as submitted: everything needed to re-create it after a restart."""
 
@@ -39,12 +39,12 @@ class TaskRecord:
     max_attempts: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PutTask:
     task: TaskRecord
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SetStatus:
     """A status change. ``attempt`` is the number of attempts started so far.
 
@@ -87,7 +87,7 @@ class Persist:
     mutations: list[Mutation]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Lease:
     """One attempt handed to a pool. ``(task_id, attempt)`` is the fencing token."""
 
@@ -107,12 +107,17 @@ class Lease:
     started_at: int
 
 
-@dataclass(frozen=True, slots=True)
-class Dispatch:
-    lease: Lease
+class Dispatch(Lease):
+    """Start an attempt: hand this lease to an executor or worker of its pool (and group)."""
+
+    __slots__ = ()
+
+    @property
+    def lease(self) -> Lease:
+        return self
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Abort:
     """Stop the attempt behind ``lease_id`` (timeout, cancellation, lease expiry)."""
 
@@ -121,20 +126,30 @@ class Abort:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Publish:
     """An intermediate transition (only with ``emit_transitions``)."""
 
     event: StatusEvent
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Resolve:
-    """A task reached a terminal status: publish ``event`` and resolve anything awaiting it."""
+    """A task reached a terminal status: publish its event and resolve anything awaiting it."""
 
-    event: StatusEvent
+    id: int
+    pool: str
+    key: str | None
+    status: TaskStatus
+    attempt: int
+    at: int
+    message: str | None = None
     output: object = None
     has_output: bool = False
+
+    @property
+    def event(self) -> StatusEvent:
+        return StatusEvent(self.id, self.pool, self.key, self.status, self.attempt, self.at, self.message)
 
 
 @dataclass(frozen=True, slots=True)

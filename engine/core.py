@@ -21,7 +21,6 @@ from .actions import (
     Action,
     DeleteRecurring,
     Dispatch,
-    Lease,
     Mutation,
     Persist,
     Publish,
@@ -58,10 +57,12 @@ from .state import (
     Schedule,
     Task,
 )
+from .stats import LogLinearHistogram
 from .types import (
     CLASSES,
     NS_PER_S,
     RECURRING_TAG,
+    TERMINAL_VALUES,
     AdmissionError,
     CancelledByExecutor,
     ConfigError,
@@ -139,6 +140,9 @@ class Core:
         self._u_window = uc.window
         self._u_rate = uc.overdue_rate / NS_PER_S
         self._u_cap = uc.overdue_cap
+        # The highest score a task of each class can reach, without and with deadline urgency.
+        self._plain_max = tuple(pc.base[c] + pc.age_cap[c] for c in range(CLASSES))
+        self._urgent_max = uc.max + uc.overdue_cap
         self._pools: dict[str, Pool] = {}
         for index, pool_config in enumerate(config.pools):
             self._pools[pool_config.name] = Pool(pool_config, index, config.metrics_window, now)
@@ -173,6 +177,7 @@ class Core:
         }
         self.totals: dict[str, int] = dict.fromkeys(TOTAL_NAMES, 0)
         self.dispatch_enabled = True
+        self._global_bounded = config.global_bounds.bounded
         self._refill_timer_at: int | None = None
         for pool in self._pool_list:
             if pool.autoscaler is not None:
@@ -471,7 +476,7 @@ class Core:
         return total, own_class
 
     def _admit_bounds(self, pool: Pool, spec: TaskSpec, now: int) -> None:
-        if not pool.config.bounds.bounded and not self.config.global_bounds.bounded:
+        if not pool.bounded and not self._global_bounded:
             return
         cls = int(spec.priority)
         total, own_class = self._violated(pool, cls)
@@ -584,9 +589,19 @@ class Core:
         pool.pending += 1
         pool.pending_by_class[cls] += 1
         self._pending += 1
-        shed = self._shed_index.get(pool)
-        if shed is not None and task.fixed is None:
-            shed[cls][task.id] = task
+        if self._shed_index:
+            shed = self._shed_index.get(pool)
+            if shed is not None and task.fixed is None:
+                shed[cls][task.id] = task
+        if not deps and (task.key is None or task.key not in self._awaiting):
+            # Nothing to wait for but (perhaps) a start time: the common, fast path.
+            pool.counts[2][cls] += 1
+            if self._persist:
+                self._mutations.append(PutTask(TaskRecord(task.id, pool.name, spec, now, _READY, task.max_attempts)))
+            if task.fixed is not None:
+                self._arm_fixed(task, now)
+            self._release(task, now, fresh=True)
+            return task
         doomed: tuple[Task, EdgeCond] | None = None
         if deps:
             for parent, awaited, cond in deps:
@@ -621,17 +636,13 @@ class Core:
                 task.children = children
         blocked = task.unmet > 0 or task.awaiting is not None
         task.status = _BLOCKED if blocked else _READY
-        pool.counts[STATUS_INDEX[task.status]][cls] += 1
+        pool.counts[STATUS_INDEX[task.status._value_]][cls] += 1
         if self._persist:
             self._mutations.append(
                 PutTask(TaskRecord(task.id, pool.name, spec, now, task.status, task.max_attempts))
             )
-        fixed = task.fixed
-        if fixed is not None:
-            self._push_timer(fixed.start + fixed.tolerance, _T_MISS, task, 0)
-            if fixed.start > now:
-                self._push_timer(max(now, fixed.start - pool.config.max_hold), _T_HOLD, task, 0)
-                self._push_timer(fixed.start, _T_START, task, 0)
+        if task.fixed is not None:
+            self._arm_fixed(task, now)
         if task.awaiting is not None and pool.config.await_timeout is not None:
             self._push_timer(now + pool.config.await_timeout, _T_AWAIT, task, 0)
         if doomed is not None:
@@ -642,6 +653,15 @@ class Core:
         elif self._emit_transitions:
             self._publish(task, now)
         return task
+
+    def _arm_fixed(self, task: Task, now: int) -> None:
+        """Timers of a fixed start: the miss deadline, the first hold check and the start."""
+        fixed = task.fixed
+        assert fixed is not None
+        self._push_timer(fixed.start + fixed.tolerance, _T_MISS, task, 0)
+        if fixed.start > now:
+            self._push_timer(max(now, fixed.start - task.pool.config.max_hold), _T_HOLD, task, 0)
+            self._push_timer(fixed.start, _T_START, task, 0)
 
     def _set_estimate(self, task: Task, spec: TaskSpec) -> None:
         task.est = self._estimate(task.pool, spec.kind, spec.duration_hint)
@@ -659,10 +679,13 @@ class Core:
             median = hist.quantile(0.5)
             pool.kind_medians[kind] = (hist.count, median)
             return median
-        if pool.run_all.count:
-            if pool.run_all.count - pool.run_median_count >= max(1, pool.run_median_count // 16):
-                pool.run_median = pool.run_all.quantile(0.5)
-                pool.run_median_count = pool.run_all.count
+        if pool.completed:
+            if pool.completed - pool.run_median_count >= max(1, pool.run_median_count // 16):
+                merged = LogLinearHistogram()
+                for kind_hist in pool.kind_durations.values():
+                    merged.merge(kind_hist)
+                pool.run_median = merged.quantile(0.5)
+                pool.run_median_count = pool.completed
             return pool.run_median
         return pool.config.default_duration
 
@@ -677,8 +700,8 @@ class Core:
         pool = task.pool
         cls = task.cls
         counts = pool.counts
-        counts[STATUS_INDEX[old]][cls] -= 1
-        counts[STATUS_INDEX[status]][cls] += 1
+        counts[STATUS_INDEX[old._value_]][cls] -= 1
+        counts[STATUS_INDEX[status._value_]][cls] += 1
         task.status = status
         if old is _RUNNING:
             pool.pending += 1
@@ -710,8 +733,13 @@ class Core:
         if where == NOWHERE:
             return
         task.qgen += 1
-        if where == IN_FIFO or where == IN_EDF or where == IN_SFQ:
+        if where == IN_FIFO or where == IN_SFQ:
             task.pool.ready[task.cls] -= 1
+        elif where == IN_EDF:
+            task.pool.ready[task.cls] -= 1
+            task.pool.edf_live[task.cls] -= 1
+        elif where == IN_DUE:
+            task.pool.due_live -= 1
         elif where == PARKED_RESOURCE:
             self._resources.unpark(task.id)
         task.where = NOWHERE
@@ -743,6 +771,7 @@ class Core:
         cls = task.cls
         if task.deadline is not None:
             pool.edf[cls].push(task.lst, task.seq, task)
+            pool.edf_live[cls] += 1
             task.where = IN_EDF
         elif pool.sfq is not None:
             fairness = pool.config.fairness
@@ -772,6 +801,7 @@ class Core:
         fixed = task.fixed
         start = fixed.start if fixed is not None else now
         pool.due.push(_HOLDING_KEY if task.holding else float(start), task.seq, task)
+        pool.due_live += 1
         task.where = IN_DUE
         if pool.autoscaler is not None:
             pool.autoscaler.record_arrivals(1)
@@ -783,7 +813,10 @@ class Core:
     def _hold_lead(self, pool: Pool, task: Task, now: int) -> int:
         fixed = task.fixed
         assert fixed is not None
-        p90 = pool.window.totals(now, pool.busy, pool.capacity).regular_run.quantile(0.9)
+        totals = pool.window.totals(now, pool.busy, pool.capacity)
+        regular = totals.run.copy()
+        regular.subtract(totals.fixed_run)
+        p90 = regular.quantile(0.9)
         return min(max(fixed.tolerance, p90), pool.config.max_hold)
 
     def _request_hold(self, task: Task) -> None:
@@ -863,21 +896,27 @@ class Core:
         edf = pool.edf
         lanes = pool.sfq if pool.sfq is not None else fifo
         ready = pool.ready
+        edf_live = pool.edf_live
+        ceilings = self._ceilings(edf_live)
         while pool.capacity > pool.busy:
             # Fixed-start work that is due goes first: onto its held slot, else the next free slot.
-            head = due.peek() if len(due) else None
-            if head is not None and (head.holding or pool.free > 0):
-                due.pop()
-                head.qgen += 1
-                head.where = NOWHERE
-                self._try_start(pool, head, now)
-                continue
-            if pool.free <= 0:
+            if pool.due_live:
+                head = due.peek()
+                if head is not None and (head.holding or pool.free > 0):
+                    due.pop()
+                    head.qgen += 1
+                    head.where = NOWHERE
+                    pool.due_live -= 1
+                    self._try_start(pool, head, now)
+                    continue
+            if pool.capacity - pool.busy - pool.held <= 0:
                 return
             best: Task | None = None
             best_lane: int = 0
             best_score = -math.inf
             for cls in range(CLASSES):
+                if best is not None and best_score > ceilings[cls]:
+                    break  # no task of this class or below can reach the best score
                 if not ready[cls]:
                     continue
                 task = lanes[cls].peek()
@@ -887,7 +926,7 @@ class Core:
                     if score > best_score or (score == best_score and best is not None and task.seq < best.seq
                                               and cls == best.cls):
                         best, best_score, best_lane = task, score, 0
-                if len(edf[cls]):
+                if edf_live[cls]:
                     task = edf[cls].peek()
                     if task is not None:
                         waited = now - task.submitted_at
@@ -906,10 +945,22 @@ class Core:
                 lane.pop()
             else:
                 edf[cls].pop()
+                edf_live[cls] -= 1
             best.qgen += 1
             best.where = NOWHERE
             ready[cls] -= 1
             self._try_start(pool, best, now)
+
+    def _ceilings(self, edf_live: list[int]) -> list[float]:
+        """For each class, the best score any task of that class or a lower one can reach."""
+        out = [0.0] * CLASSES
+        best = -math.inf
+        for cls in range(CLASSES - 1, -1, -1):
+            top = self._plain_max[cls] + (self._urgent_max if edf_live[cls] else 0.0)
+            if top > best:
+                best = top
+            out[cls] = best
+        return out
 
     def _urgency(self, task: Task, now: int) -> float:
         slack = task.lst - now
@@ -972,9 +1023,23 @@ class Core:
         lease = LeaseState(lease_id, task, group, now, config.lease_ttl)
         self._leases[lease_id] = lease
         task.lease = lease
-        first_start = task.started_at is None
         task.started_at = now
-        self._move(task, _RUNNING)
+        # Inline of _move(task, RUNNING): the task leaves the pending counts.
+        cls = task.cls
+        counts = pool.counts
+        counts[STATUS_INDEX[task.status._value_]][cls] -= 1
+        counts[4][cls] += 1
+        task.status = _RUNNING
+        pool.pending -= 1
+        pool.pending_by_class[cls] -= 1
+        self._pending -= 1
+        self._running += 1
+        if self._shed_index:
+            shed = self._shed_index.get(pool)
+            if shed is not None:
+                shed[cls].pop(task.id, None)
+        if self._full_pools or self._full_global:
+            self._space_freed(pool)
         bucket.dispatched += 1
         bucket.wait.record(now - task.ready_at if now > task.ready_at else 0)
         if inversion:
@@ -999,25 +1064,22 @@ class Core:
             self._publish(task, now)
         self._actions.append(
             Dispatch(
-                Lease(
-                    lease_id,
-                    task.id,
-                    task.attempt,
-                    pool.name,
-                    group.labels,
-                    spec.payload,
-                    spec.kind,
-                    task.key,
-                    spec.priority,
-                    spec.tags,
-                    timeout,
-                    task.deadline,
-                    config.lease_ttl,
-                    now,
-                )
+                lease_id,
+                task.id,
+                task.attempt,
+                pool.name,
+                group.labels,
+                spec.payload,
+                spec.kind,
+                task.key,
+                spec.priority,
+                spec.tags,
+                timeout,
+                task.deadline,
+                config.lease_ttl,
+                now,
             )
         )
-        del first_start
 
     # ------------------------------------------------------------------------------------------
     # Attempts ending
@@ -1072,13 +1134,13 @@ class Core:
             duration = now - lease.started_at
             bucket = pool.window.current(now)
             bucket.run.record(duration)
-            if task.fixed is None:
-                bucket.regular_run.record(duration)
-            pool.run_all.record(duration)
+            if task.fixed is not None:
+                bucket.fixed_run.record(duration)
             hist = pool.kind_durations.get(task.kind)
             if hist is None:
-                hist = pool.kind_durations[task.kind] = type(pool.run_all)()
+                hist = pool.kind_durations[task.kind] = LogLinearHistogram()
             hist.record(duration)
+            pool.completed += 1
             if pool.autoscaler is not None:
                 pool.autoscaler.record_run(duration)
         self._slot_freed(pool, group)
@@ -1114,6 +1176,7 @@ class Core:
         if task.fixed is not None and (task.holding or task.fixed_done or task.fixed.start <= now):
             pool = task.pool
             pool.due.push(_HOLDING_KEY if task.holding else float(task.fixed.start), task.seq, task)
+            pool.due_live += 1
             task.where = IN_DUE
             self._dirty.add(pool)
             return
@@ -1171,36 +1234,39 @@ class Core:
     ) -> None:
         pool = task.pool
         old = task.status
-        if old.terminal:
+        if old._value_ in TERMINAL_VALUES:
             return
         if task.lease is not None:
             lease = task.lease
             self._actions.append(Abort(lease.id, task.id, message or status.value))
             self._end_lease(lease, now, ran=False)
-        self._unqueue(task)
-        self._drop_hold(task)
+        if task.where:
+            self._unqueue(task)
+        if task.holding:
+            self._drop_hold(task)
         if task.fixed is not None:
             pool.reservations.remove(task.id)
             if not task.fixed_done and status in (_MISSED, _FAILED) and task.started_at is None:
                 task.fixed_done = True
         cls = task.cls
-        pool.counts[STATUS_INDEX[old]][cls] -= 1
+        pool.counts[STATUS_INDEX[old._value_]][cls] -= 1
         if old is _RUNNING:
             self._running -= 1
         else:
             pool.pending -= 1
             pool.pending_by_class[cls] -= 1
             self._pending -= 1
-            shed = self._shed_index.get(pool)
-            if shed is not None:
-                shed[cls].pop(task.id, None)
+            if self._shed_index:
+                shed = self._shed_index.get(pool)
+                if shed is not None:
+                    shed[cls].pop(task.id, None)
             if self._full_pools or self._full_global:
                 self._space_freed(pool)
         task.status = status
         task.finished_at = now
         task.message = message
         task.has_output = has_output
-        self.totals[status.value] += 1
+        self.totals[status._value_] += 1
         if task.deadline is not None and status is _SUCCEEDED:
             bucket = pool.window.current(now)
             bucket.objective_total += 1
@@ -1213,7 +1279,7 @@ class Core:
                 SetStatus(task.id, status, task.attempt, now, message, None, output, has_output)
             )
         self._actions.append(
-            Resolve(StatusEvent(task.id, pool.name, task.key, status, task.attempt, now, message), output, has_output)
+            Resolve(task.id, pool.name, task.key, status, task.attempt, now, message, output, has_output)
         )
         task.spec = None  # drop the payload; the record stays for lookups and dependents
         self._retained.append(task)
@@ -1825,11 +1891,9 @@ class Core:
             pool = task.pool
             fixed = task.fixed
             if fixed is not None and not task.fixed_done:
-                pool.reservations.add(task.id, *self._reservation_interval(pool, task.spec, fixed))  # type: ignore[arg-type]
-                self._push_timer(fixed.start + fixed.tolerance, _T_MISS, task, 0)
-                if fixed.start > now:
-                    self._push_timer(max(now, fixed.start - pool.config.max_hold), _T_HOLD, task, 0)
-                    self._push_timer(fixed.start, _T_START, task, 0)
+                assert task.spec is not None
+                pool.reservations.add(task.id, *self._reservation_interval(pool, task.spec, fixed))
+                self._arm_fixed(task, now)
             if task.awaiting is not None and pool.config.await_timeout is not None:
                 self._push_timer(now + pool.config.await_timeout, _T_AWAIT, task, 0)
             if status is _RUNNING:
@@ -1905,7 +1969,7 @@ class Core:
             if status.terminal:
                 assert task.lease is None and task.where == NOWHERE and not task.holding, f"{task} still queued"
                 continue
-            per_pool[task.pool][STATUS_INDEX[status]][task.cls] += 1
+            per_pool[task.pool][STATUS_INDEX[status._value_]][task.cls] += 1
             if task.holding:
                 holding[task.pool] += 1
             if status is _RUNNING:

@@ -142,13 +142,17 @@ class Group:
 class Pool:
     __slots__ = (
         "autoscaler",
+        "bounded",
         "busy",
         "capacity",
+        "completed",
         "config",
         "counts",
         "desired",
         "due",
+        "due_live",
         "edf",
+        "edf_live",
         "fifo",
         "finish_tags",
         "groups",
@@ -164,7 +168,6 @@ class Pool:
         "pending_by_class",
         "ready",
         "reservations",
-        "run_all",
         "run_median",
         "run_median_count",
         "sfq",
@@ -185,6 +188,8 @@ class Pool:
         self.virtual_time = [0.0] * CLASSES
         self.finish_tags: list[dict[str | None, float]] = [{} for _ in range(CLASSES)]
         self.due: KeyedLane[Task] = KeyedLane()
+        self.due_live = 0
+        self.edf_live = [0] * CLASSES
         self.label_waiters: dict[LabelKey, KeyedLane[Task]] = {}
         self.hold_waiters: KeyedLane[Task] = KeyedLane()
         # Tasks in the lanes (live entries), by class: the ones dispatch can see.
@@ -213,9 +218,10 @@ class Pool:
         )
         self.kind_durations: dict[str, LogLinearHistogram] = {}
         self.kind_medians: dict[str, tuple[int, int]] = {}
-        self.run_all = LogLinearHistogram()
+        self.completed = 0  # attempts whose run time was recorded (sum over kind_durations)
         self.run_median = 0
         self.run_median_count = 0
+        self.bounded = config.bounds.bounded
         self.worker_ns = 0
         self.last_worker_change = now
 
@@ -229,12 +235,14 @@ class Pool:
         return self.capacity - self.busy - self.held
 
 
-STATUS_INDEX: Final = {
-    TaskStatus.BLOCKED: 0,
-    TaskStatus.SCHEDULED: 1,
-    TaskStatus.READY: 2,
-    TaskStatus.RETRYING: 3,
-    TaskStatus.RUNNING: 4,
+# Row of Pool.counts per non-terminal status, keyed by the enum's value (a str: hashing an enum
+# member goes through Python code, hashing its value does not).
+STATUS_INDEX: Final[dict[str, int]] = {
+    TaskStatus.BLOCKED.value: 0,
+    TaskStatus.SCHEDULED.value: 1,
+    TaskStatus.READY.value: 2,
+    TaskStatus.RETRYING.value: 3,
+    TaskStatus.RUNNING.value: 4,
 }
 
 

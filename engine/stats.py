@@ -117,6 +117,20 @@ class LogLinearHistogram:
             out[slot] = _bucket_mid(keys[pos - 1])
         return out
 
+    def subtract(self, other: LogLinearHistogram) -> None:
+        """Remove values recorded in ``other`` (which must be a subset of this histogram)."""
+        if not other.count:
+            return
+        buckets = self._buckets
+        for index, n in other._buckets.items():
+            left = buckets.get(index, 0) - n
+            if left > 0:
+                buckets[index] = left
+            else:
+                buckets.pop(index, None)
+        self.count = max(0, self.count - other.count)
+        self.total = max(0, self.total - other.total)
+
     def mean(self) -> float:
         return self.total / self.count if self.count else 0.0
 
@@ -185,11 +199,11 @@ class WindowBucket:
         "dispatched",
         "failed",
         "fixed_hits",
+        "fixed_run",
         "fixed_total",
         "inversions",
         "objective_met",
         "objective_total",
-        "regular_run",
         "retried",
         "run",
         "succeeded",
@@ -210,7 +224,7 @@ class WindowBucket:
         self.capacity_ns = 0
         self.wait = LogLinearHistogram()
         self.run = LogLinearHistogram()
-        self.regular_run = LogLinearHistogram()
+        self.fixed_run = LogLinearHistogram()
 
     def clear(self) -> None:
         self.dispatched = 0
@@ -226,7 +240,7 @@ class WindowBucket:
         self.capacity_ns = 0
         self.wait.clear()
         self.run.clear()
-        self.regular_run.clear()
+        self.fixed_run.clear()
 
     def merge_into(self, target: WindowBucket) -> None:
         target.dispatched += self.dispatched
@@ -242,7 +256,7 @@ class WindowBucket:
         target.capacity_ns += self.capacity_ns
         target.wait.merge(self.wait)
         target.run.merge(self.run)
-        target.regular_run.merge(self.regular_run)
+        target.fixed_run.merge(self.fixed_run)
 
     @property
     def utilization(self) -> float:

@@ -77,7 +77,7 @@ class TaskStatus(enum.Enum):
 
     @property
     def terminal(self) -> bool:
-        return self in TERMINAL_STATUSES
+        return self._value_ in TERMINAL_VALUES
 
 
 TERMINAL_STATUSES: Final = frozenset(
@@ -91,6 +91,8 @@ TERMINAL_STATUSES: Final = frozenset(
         TaskStatus.SHED,
     }
 )
+
+TERMINAL_VALUES: Final = frozenset(status.value for status in TERMINAL_STATUSES)
 
 # Statuses in which a task counts as pending for backpressure bounds.
 PENDING_STATUSES: Final = frozenset(

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from .types import OverlapPolicy, Priority, TaskStatus
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Submitted:
     id: int
     duplicate: bool

@@ -180,7 +180,7 @@ def test_window_bucket_merge_and_clear() -> None:
     a.busy_ns, a.capacity_ns = 10, 20
     a.wait.record(100)
     a.run.record(200)
-    a.regular_run.record(300)
+    a.fixed_run.record(300)
     b.dispatched = 7
     b.busy_ns = 5
     a.merge_into(b)
@@ -188,7 +188,7 @@ def test_window_bucket_merge_and_clear() -> None:
     assert (b.succeeded, b.failed, b.retried, b.inversions) == (2, 1, 1, 1)
     assert (b.fixed_hits, b.fixed_total, b.objective_met, b.objective_total) == (1, 2, 4, 5)
     assert (b.busy_ns, b.capacity_ns) == (15, 20)
-    assert (b.wait.count, b.run.count, b.regular_run.count) == (1, 1, 1)
+    assert (b.wait.count, b.run.count, b.fixed_run.count) == (1, 1, 1)
     a.clear()
     assert a.dispatched == 0 and a.busy_ns == 0 and a.wait.count == 0 and a.objective_total == 0
     assert b.wait.count == 1
