@@ -1,0 +1,471 @@
+"""Public option types of the embedded API and their translation into engine types.
+
+The public API speaks seconds (floats) and Unix-seconds timestamps or aware datetimes; the engine
+speaks int nanoseconds. Everything is converted once, here.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
+
+from cronoq.engine import config as ec
+from cronoq.engine import types as et
+from cronoq.engine.types import NS_PER_S, Priority
+
+from .errors import SubmitError
+
+__all__ = [
+    "AutoscaleConfig",
+    "Dep",
+    "Pool",
+    "Priority",
+    "Resource",
+    "RetryPolicy",
+    "Task",
+]
+
+PriorityLike = Priority | int | str
+TaskRefLike = str | int
+TimeLike = _dt.datetime | float | int
+MissPolicyName = Literal["run_late", "skip", "fail"]
+DepCondition = Literal["success", "failure", "complete", "on_success", "on_failure", "on_complete"]
+
+MAX_SECONDS = 100 * 365 * 86400.0  # client-supplied durations beyond a century are refused
+
+
+def _invalid(message: str) -> SubmitError:
+    return SubmitError("invalid", message)
+
+
+def seconds_to_ns(value: float | int, what: str, *, allow_zero: bool = True) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{what} must be a number of seconds, not {type(value).__name__}")
+    seconds = float(value)
+    if math.isnan(seconds) or math.isinf(seconds) or seconds < 0 or seconds > MAX_SECONDS:
+        raise _invalid(f"{what} must be a finite, non-negative number of seconds")
+    if not allow_zero and seconds == 0:
+        raise _invalid(f"{what} must be positive")
+    return round(seconds * NS_PER_S)
+
+
+def time_to_ns(value: TimeLike, what: str) -> int:
+    if isinstance(value, _dt.datetime):
+        if value.tzinfo is None:
+            raise _invalid(f"{what} must be a timezone-aware datetime (or Unix seconds)")
+        return round(value.timestamp() * NS_PER_S)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{what} must be a datetime or Unix seconds, not {type(value).__name__}")
+    if math.isnan(value) or math.isinf(value):
+        raise _invalid(f"{what} must be finite")
+    return round(float(value) * NS_PER_S)
+
+
+def parse_priority(value: PriorityLike | None) -> Priority:
+    try:
+        return Priority.parse(value)
+    except ValueError as err:
+        raise _invalid(str(err)) from None
+
+
+class RetryPolicy:
+    """How failed attempts are retried: ``max_attempts`` in total, exponential backoff with jitter."""
+
+    __slots__ = ("initial_backoff", "jitter", "max_attempts", "max_backoff", "multiplier")
+
+    def __init__(
+        self,
+        max_attempts: int = 3,
+        initial_backoff: float = 1.0,
+        multiplier: float = 2.0,
+        max_backoff: float = 60.0,
+        jitter: bool = True,
+    ) -> None:
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+            raise ValueError("max_attempts must be an int of at least 1")
+        if not multiplier >= 1.0:
+            raise ValueError("multiplier must be at least 1")
+        self.max_attempts = max_attempts
+        self.initial_backoff = float(initial_backoff)
+        self.multiplier = float(multiplier)
+        self.max_backoff = float(max_backoff)
+        self.jitter = bool(jitter)
+
+    @staticmethod
+    def none() -> RetryPolicy:
+        """A single attempt, no retries."""
+        return RetryPolicy(max_attempts=1)
+
+    def to_engine(self) -> et.RetryPolicy:
+        return et.RetryPolicy(
+            max_attempts=self.max_attempts,
+            initial_backoff=seconds_to_ns(self.initial_backoff, "initial_backoff"),
+            multiplier=self.multiplier,
+            max_backoff=seconds_to_ns(self.max_backoff, "max_backoff"),
+            jitter=self.jitter,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"RetryPolicy(max_attempts={self.max_attempts}, initial_backoff={self.initial_backoff}, "
+            f"multiplier={self.multiplier}, max_backoff={self.max_backoff}, jitter={self.jitter})"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RetryPolicy):
+            return NotImplemented
+        return (self.max_attempts, self.initial_backoff, self.multiplier, self.max_backoff, self.jitter) == (
+            other.max_attempts,
+            other.initial_backoff,
+            other.multiplier,
+            other.max_backoff,
+            other.jitter,
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class AutoscaleConfig:
+    """The queue-pressure autoscaling policy of a pool (durations in seconds)."""
+
+    __slots__ = (
+        "cooldown",
+        "cost_per_worker_second",
+        "drain_time",
+        "interval",
+        "max_step_down",
+        "max_step_up_abs",
+        "reservation_horizon",
+        "slo",
+        "stabilization_window",
+        "target_utilization",
+    )
+
+    def __init__(
+        self,
+        interval: float = 1.0,
+        target_utilization: float = 0.75,
+        drain_time: float = 30.0,
+        slo: Mapping[PriorityLike, float] | None = None,
+        reservation_horizon: float = 60.0,
+        stabilization_window: float = 60.0,
+        cooldown: float = 30.0,
+        max_step_up_abs: int = 4,
+        max_step_down: int = 1,
+        cost_per_worker_second: float = 0.0,
+    ) -> None:
+        self.interval = float(interval)
+        self.target_utilization = float(target_utilization)
+        self.drain_time = float(drain_time)
+        self.slo: dict[str, float] = {}
+        for cls, seconds in (slo or {}).items():
+            self.slo[Priority.parse(cls).name.lower()] = float(seconds)
+        self.reservation_horizon = float(reservation_horizon)
+        self.stabilization_window = float(stabilization_window)
+        self.cooldown = float(cooldown)
+        self.max_step_up_abs = int(max_step_up_abs)
+        self.max_step_down = int(max_step_down)
+        self.cost_per_worker_second = float(cost_per_worker_second)
+
+    def to_engine(self) -> ec.AutoscaleConfig:
+        slo: list[int | None] = [None] * et.CLASSES
+        for name, seconds in self.slo.items():
+            slo[int(Priority[name.upper()])] = seconds_to_ns(seconds, f"slo[{name}]", allow_zero=False)
+        return ec.AutoscaleConfig(
+            interval=seconds_to_ns(self.interval, "interval", allow_zero=False),
+            target_utilization=self.target_utilization,
+            drain_time=seconds_to_ns(self.drain_time, "drain_time", allow_zero=False),
+            slo=(slo[0], slo[1], slo[2], slo[3]),
+            reservation_horizon=seconds_to_ns(self.reservation_horizon, "reservation_horizon"),
+            stabilization_window=seconds_to_ns(self.stabilization_window, "stabilization_window"),
+            cooldown=seconds_to_ns(self.cooldown, "cooldown"),
+            max_step_up_abs=self.max_step_up_abs,
+            max_step_down=self.max_step_down,
+            cost_per_worker_second=self.cost_per_worker_second,
+        )
+
+    def __repr__(self) -> str:
+        return f"AutoscaleConfig(interval={self.interval}, slo={self.slo}, cooldown={self.cooldown})"
+
+
+class Dep:
+    """A dependency on a task (id or key) with a condition: success (default), failure or complete."""
+
+    __slots__ = ("_cond", "_target")
+
+    def __init__(self, target: TaskRefLike, on: DepCondition = "success") -> None:
+        if isinstance(target, bool) or not isinstance(target, int | str):
+            raise TypeError("a dependency names a task id (int) or key (str)")
+        self._target = target
+        try:
+            self._cond = et.EdgeCond.parse(on)
+        except ValueError as err:
+            raise ValueError(str(err)) from None
+
+    def to_engine(self) -> et.Dep:
+        return et.Dep(self._target, self._cond)
+
+    def __repr__(self) -> str:
+        return f"Dep({self._target!r}, on={self._cond.value!r})"
+
+
+class Resource:
+    """A shared limit tasks request units of: a semaphore or a token bucket."""
+
+    __slots__ = ("_config",)
+
+    def __init__(self, config: ec.ResourceConfig) -> None:
+        self._config = config
+
+    @staticmethod
+    def semaphore(name: str, permits: int) -> Resource:
+        return Resource(ec.ResourceConfig.semaphore(name, int(permits)))
+
+    @staticmethod
+    def token_bucket(name: str, rate: float, burst: int) -> Resource:
+        return Resource(ec.ResourceConfig.token_bucket(name, float(rate), int(burst)))
+
+    @property
+    def name(self) -> str:
+        return self._config.name
+
+    def to_engine(self) -> ec.ResourceConfig:
+        return self._config
+
+    def __repr__(self) -> str:
+        c = self._config
+        if c.kind is ec.ResourceKind.SEMAPHORE:
+            return f"Resource.semaphore({c.name!r}, {c.permits})"
+        return f"Resource.token_bucket({c.name!r}, {c.rate}, {c.burst})"
+
+
+Executor = Callable[[Any, Any], Any]
+
+
+class Pool:
+    """A pool of concurrency slots running one executor, autoscaled between ``min`` and ``max``."""
+
+    def __init__(
+        self,
+        name: str,
+        executor: Executor,
+        *,
+        min: int = 1,
+        max: int = 10,
+        initial: int | None = None,
+        autoscale: bool | AutoscaleConfig | None = None,
+        lease_ttl: float | None = None,
+        max_pending: int | None = None,
+        overflow: Literal["wait", "reject", "shed_lowest", "shed_oldest"] = "wait",
+        retry: RetryPolicy | None = None,
+        unknown_dependency: Literal["reject", "await"] = "reject",
+        await_timeout: float | None = None,
+        default_duration: float = 1.0,
+        reservable_fraction: float = 0.5,
+        tenant_weights: Mapping[str, float] | None = None,
+        fair_share: bool = False,
+    ) -> None:
+        if not callable(executor):
+            raise TypeError("executor must be callable as executor(ctx, payload)")
+        self.name = name
+        self.executor = executor
+        scale: AutoscaleConfig | None
+        if autoscale is None or autoscale is True:
+            scale = AutoscaleConfig()
+        elif autoscale is False:
+            scale = None
+        else:
+            scale = autoscale
+        if initial is None:
+            initial = min if scale is not None else max
+        try:
+            overflow_policy = et.OverflowPolicy(overflow)
+            unknown = ec.UnknownDependencyPolicy(unknown_dependency)
+        except ValueError as err:
+            raise ValueError(str(err)) from None
+        fairness = None
+        if tenant_weights:
+            fairness = ec.Fairness({str(k): float(v) for k, v in tenant_weights.items()})
+        elif fair_share:
+            fairness = ec.Fairness({})
+        self._config = ec.PoolConfig(
+            name=name,
+            min_workers=int(min),
+            max_workers=int(max),
+            initial_workers=int(initial),
+            autoscale=scale.to_engine() if scale is not None else None,
+            retry=(retry or RetryPolicy()).to_engine(),
+            bounds=ec.Bounds(max_pending=max_pending),
+            overflow=overflow_policy,
+            reservable_fraction=float(reservable_fraction),
+            default_duration=seconds_to_ns(default_duration, "default_duration"),
+            lease_ttl=seconds_to_ns(lease_ttl, "lease_ttl", allow_zero=False) if lease_ttl is not None else None,
+            unknown_dependency=unknown,
+            await_timeout=seconds_to_ns(await_timeout, "await_timeout") if await_timeout is not None else None,
+            fairness=fairness,
+        )
+
+    def to_engine(self) -> ec.PoolConfig:
+        return self._config
+
+    def __repr__(self) -> str:
+        return f"Pool({self.name!r}, max={self._config.max_workers})"
+
+
+class Task:
+    """A task for ``Scheduler.submit_batch``: a payload plus any task option as a keyword."""
+
+    __slots__ = ("_options", "key", "payload")
+
+    def __init__(self, payload: Any, **options: Any) -> None:
+        unknown = set(options) - TASK_OPTIONS
+        if unknown:
+            raise TypeError(f"unknown task option(s): {', '.join(sorted(unknown))}")
+        self.payload = payload
+        self.key: str | None = options.get("key")
+        self._options = options
+
+    def to_spec(self, now: int) -> et.TaskSpec:
+        return build_spec(self.payload, now, **self._options)
+
+    def __repr__(self) -> str:
+        return f"Task({self.payload!r}, key={self.key!r})"
+
+
+TASK_OPTIONS = frozenset(
+    {
+        "priority",
+        "pool",
+        "kind",
+        "key",
+        "deadline_in",
+        "deadline_at",
+        "start_in",
+        "start_at",
+        "tolerance",
+        "on_miss",
+        "duration_hint",
+        "timeout",
+        "retry",
+        "after",
+        "deps",
+        "resources",
+        "tags",
+        "labels",
+        "tenant",
+    }
+)
+
+
+def _refs(after: TaskRefLike | Sequence[TaskRefLike] | None) -> list[TaskRefLike]:
+    if after is None:
+        return []
+    if isinstance(after, str | int):
+        if isinstance(after, bool):
+            raise TypeError("after= takes task ids (int) or keys (str)")
+        return [after]
+    refs = list(after)
+    for ref in refs:
+        if isinstance(ref, bool) or not isinstance(ref, int | str):
+            raise TypeError("after= takes task ids (int) or keys (str)")
+    return refs
+
+
+def _str_map(values: Mapping[str, Any] | None, what: str) -> Mapping[str, str]:
+    if not values:
+        return {}
+    out: dict[str, str] = {}
+    for name, value in values.items():
+        if not isinstance(name, str):
+            raise TypeError(f"{what} keys must be strings")
+        out[name] = value if isinstance(value, str) else str(value)
+    return out
+
+
+def build_spec(
+    payload: Any,
+    now: int,
+    *,
+    priority: PriorityLike | None = None,
+    pool: str | None = None,
+    kind: str | None = None,
+    key: str | None = None,
+    deadline_in: float | None = None,
+    deadline_at: TimeLike | None = None,
+    start_in: float | None = None,
+    start_at: TimeLike | None = None,
+    tolerance: float | None = None,
+    on_miss: MissPolicyName | None = None,
+    duration_hint: float | None = None,
+    timeout: float | None = None,
+    retry: RetryPolicy | None = None,
+    after: TaskRefLike | Sequence[TaskRefLike] | None = None,
+    deps: Sequence[Dep] | None = None,
+    resources: Mapping[str, int] | None = None,
+    tags: Mapping[str, Any] | None = None,
+    labels: Mapping[str, str] | None = None,
+    tenant: str | None = None,
+) -> et.TaskSpec:
+    """Turn the keyword options of submit/enqueue/Task into an engine TaskSpec."""
+    if deadline_in is not None and deadline_at is not None:
+        raise _invalid("set deadline_in or deadline_at, not both")
+    if start_in is not None and start_at is not None:
+        raise _invalid("set start_in or start_at, not both")
+    deadline = None
+    if deadline_in is not None:
+        deadline = now + seconds_to_ns(deadline_in, "deadline_in")
+    elif deadline_at is not None:
+        deadline = time_to_ns(deadline_at, "deadline_at")
+    fixed = None
+    start = None
+    if start_in is not None:
+        start = now + seconds_to_ns(start_in, "start_in")
+    elif start_at is not None:
+        start = time_to_ns(start_at, "start_at")
+    if start is not None:
+        try:
+            miss = et.MissPolicy(on_miss or "run_late")
+        except ValueError:
+            raise _invalid(f"invalid on_miss {on_miss!r}: expected run_late, skip or fail") from None
+        fixed = et.FixedStart(
+            start,
+            seconds_to_ns(tolerance, "tolerance") if tolerance is not None else NS_PER_S,
+            miss,
+        )
+    elif tolerance is not None or on_miss is not None:
+        raise _invalid("tolerance and on_miss apply only to tasks with start_in or start_at")
+    edges: list[et.Dep] = [et.Dep(ref, et.EdgeCond.ON_SUCCESS) for ref in _refs(after)]
+    for dep in deps or ():
+        if not isinstance(dep, Dep):
+            raise TypeError("deps= takes cronoq.Dep objects")
+        edges.append(dep.to_engine())
+    if kind is not None and not isinstance(kind, str):
+        raise TypeError("kind must be a string")
+    if key is not None and not isinstance(key, str):
+        raise TypeError("key must be a string")
+    if retry is not None and not isinstance(retry, RetryPolicy):
+        raise TypeError("retry= takes a cronoq.RetryPolicy")
+    amounts: dict[str, int] = {}
+    for name, amount in (resources or {}).items():
+        if isinstance(amount, bool) or not isinstance(amount, int):
+            raise TypeError(f"resource amounts must be ints (got {amount!r} for {name!r})")
+        amounts[name] = amount
+    return et.TaskSpec(
+        payload=payload,
+        pool=pool,
+        kind=kind if kind is not None else "default",
+        priority=parse_priority(priority),
+        key=key,
+        deadline=deadline,
+        fixed_start=fixed,
+        duration_hint=seconds_to_ns(duration_hint, "duration_hint") if duration_hint is not None else None,
+        timeout=seconds_to_ns(timeout, "timeout", allow_zero=False) if timeout is not None else None,
+        retry=retry.to_engine() if retry is not None else None,
+        deps=tuple(edges),
+        resources=amounts,
+        tags=_str_map(tags, "tags"),
+        labels=_str_map(labels, "labels"),
+        tenant=tenant,
+    )

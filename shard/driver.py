@@ -1,0 +1,374 @@
+"""The engine driver: runs one shard's engine on an asyncio loop with group commit.
+
+Commands from callers (submissions, cancellations, reports from executors and workers) queue up
+while a step is in progress. One step applies every queued command to the engine, fires its timers,
+commits everything the step changed in one store transaction, and only then resolves the callers'
+futures, hands out dispatches and publishes events. Nothing in the driver creates an asyncio task
+per engine task; executors are the sink's business.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from cronoq.engine import (
+    Abort,
+    Core,
+    CoreConfig,
+    Dispatch,
+    Mutation,
+    Persist,
+    Publish,
+    Resolve,
+    Scale,
+    SpaceAvailable,
+    StatusEvent,
+)
+from cronoq.engine.types import NS_PER_S
+from cronoq.stores.base import Fenced, Store, StoreError, Unavailable
+
+log = logging.getLogger("cronoq.shard")
+
+T = TypeVar("T")
+Command = Callable[[Core, int], Any]
+
+
+class NotLeader(Exception):
+    """This driver does not (or no longer) lead its shard: retry at the leader."""
+
+
+class ShuttingDown(Exception):
+    """The driver stopped admitting work."""
+
+
+class StoreUnavailable(Exception):
+    """The store stayed unreachable past ``max_store_outage``; the operation was not made durable."""
+
+
+class Sink(Protocol):
+    """Where the driver sends what a committed step produced."""
+
+    def dispatch(self, leases: Sequence[Dispatch]) -> None: ...
+
+    def abort(self, aborts: Sequence[Abort]) -> None: ...
+
+    def resolve(self, results: Sequence[Resolve]) -> None: ...
+
+    def publish(self, events: Sequence[StatusEvent]) -> None: ...
+
+    def scale(self, scales: Sequence[Scale]) -> None: ...
+
+    def space_available(self, pools: Sequence[str | None]) -> None: ...
+
+
+class Role(enum.Enum):
+    STANDBY = "standby"
+    LEADER = "leader"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+
+
+@dataclass(frozen=True)
+class DriverOptions:
+    max_store_outage: float = 300.0
+    commit_backoff_initial: float = 0.05
+    commit_backoff_max: float = 2.0
+
+
+def wall_clock() -> int:
+    return time.time_ns()
+
+
+class Driver:
+    """Leads one shard: acquires leadership, recovers, then steps the engine until stopped."""
+
+    def __init__(
+        self,
+        config: CoreConfig,
+        sink: Sink,
+        *,
+        store: Store | None = None,
+        clock: Callable[[], int] = wall_clock,
+        options: DriverOptions | None = None,
+    ) -> None:
+        self._config = config
+        self._sink = sink
+        self._store = store
+        self._clock = clock
+        self._options = options or DriverOptions()
+        self.core: Core | None = None
+        self.role = Role.STANDBY
+        self.epoch: int | None = None
+        self._queue: list[tuple[Command, asyncio.Future[Any] | None]] = []
+        self._wake: asyncio.Event | None = None
+        self._loop_task: asyncio.Task[None] | None = None
+        self._admitting = True
+        self._stepped_down: asyncio.Event | None = None
+        self.stop_reason: str | None = None
+        self.on_step_down: Callable[[str], None] | None = None
+
+    # ------------------------------------------------------------------------------------------
+    # Lifecycle
+
+    async def lead(self) -> None:
+        """Wait for leadership, recover the shard's state and start stepping the engine."""
+        self._wake = asyncio.Event()
+        self._stepped_down = asyncio.Event()
+        store = self._store
+        epoch = 1
+        if store is not None:
+            epoch = await store.acquire_leadership()
+        self.epoch = epoch
+        config = _with_epoch(self._config, epoch, persist=store is not None)
+        now = self._clock()
+        core = Core(config, now=now)
+        if store is not None:
+            recovered = await store.recover(now, config.retention)
+            core.restore(now, recovered)
+        self.core = core
+        self.role = Role.LEADER
+        log.info("leading with epoch %d", epoch)
+        self._loop_task = asyncio.get_running_loop().create_task(self._run(), name="cronoq-driver")
+        self._wake.set()
+
+    @property
+    def leading(self) -> bool:
+        return self.role is Role.LEADER
+
+    async def wait_stepped_down(self) -> str:
+        assert self._stepped_down is not None
+        await self._stepped_down.wait()
+        return self.stop_reason or "stopped"
+
+    async def shutdown(self, grace: float) -> None:
+        """Stop admitting, give running attempts ``grace`` seconds, abort the rest, step down."""
+        if self.role is not Role.LEADER or self.core is None:
+            self.role = Role.STOPPED
+            return
+        self._admitting = False
+        self.role = Role.STOPPING
+        core = self.core
+        core.dispatch_enabled = False
+        deadline = asyncio.get_running_loop().time() + grace
+        while core.running and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
+        running = [Abort(lease_id, task_id, "shutting down") for lease_id, task_id in core.active_leases()]
+        if running:
+            self._sink.abort(running)
+        await self._stop_loop("shutdown")
+        if self._store is not None:
+            with contextlib.suppress(StoreError):
+                await self._store.release_leadership()
+
+    async def _stop_loop(self, reason: str) -> None:
+        self.stop_reason = self.stop_reason or reason
+        task = self._loop_task
+        self._loop_task = None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._fail_queued(NotLeader(f"not the leader ({reason})"))
+        self.role = Role.STOPPED
+        if self._stepped_down is not None:
+            self._stepped_down.set()
+
+    def _fail_queued(self, error: Exception) -> None:
+        queue = self._queue
+        self._queue = []
+        for _, future in queue:
+            if future is not None and not future.done():
+                future.set_exception(error)
+
+    # ------------------------------------------------------------------------------------------
+    # Commands
+
+    def call(self, command: Command) -> asyncio.Future[Any]:
+        """Queue a command; its future resolves with the result once the step is durable."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if self.role is not Role.LEADER:
+            future.set_exception(NotLeader("not the leader (standby or shutting down)"))
+            return future
+        if not self._admitting:
+            future.set_exception(ShuttingDown("the scheduler is shutting down"))
+            return future
+        self._queue.append((command, future))
+        self._poke()
+        return future
+
+    def post(self, command: Command) -> None:
+        """Queue a command nobody waits for (reports, heartbeats, capacity changes)."""
+        if self.role is Role.LEADER or self.role is Role.STOPPING:
+            self._queue.append((command, None))
+            self._poke()
+
+    def _poke(self) -> None:
+        wake = self._wake
+        if wake is not None and not wake.is_set():
+            wake.set()
+
+    # ------------------------------------------------------------------------------------------
+    # The step loop
+
+    async def _run(self) -> None:
+        assert self.core is not None and self._wake is not None
+        core = self.core
+        wake = self._wake
+        clock = self._clock
+        store = self._store
+        lost = store.lost if store is not None else None
+        try:
+            while True:
+                if not self._queue:
+                    wake.clear()
+                    due = core.next_wakeup()
+                    if due is None:
+                        await wake.wait()
+                    else:
+                        delay = (due - clock()) / NS_PER_S
+                        if delay > 0:
+                            with contextlib.suppress(TimeoutError):
+                                await asyncio.wait_for(wake.wait(), delay)
+                if lost is not None and lost.is_set():
+                    await self._step_down("leadership lost")
+                    return
+                await self._step(core, clock())
+        except asyncio.CancelledError:
+            raise
+        except _Fatal as fatal:
+            await self._step_down(str(fatal))
+        except Exception:
+            log.exception("engine step failed; stepping down")
+            await self._step_down("internal error")
+
+    async def _step(self, core: Core, now: int) -> None:
+        batch = self._queue
+        self._queue = []
+        done: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
+        for command, future in batch:
+            try:
+                result = command(core, now)
+            except Exception as refused:  # an admission error, unknown task, ...: the caller's
+                if future is not None:
+                    done.append((future, None, refused))
+                else:
+                    log.debug("posted command failed: %r", refused)
+                continue
+            if future is not None:
+                done.append((future, result, None))
+        core.tick(now)
+        actions = core.drain_actions()
+        if actions and isinstance(actions[0], Persist):
+            try:
+                await self._commit(actions[0].mutations)
+            except _Fatal as fatal:
+                failure = StoreUnavailable(str(fatal)) if fatal.unavailable else NotLeader(str(fatal))
+                for future, _, _ in done:
+                    if not future.done():
+                        future.set_exception(failure)
+                raise
+        for future, result, error in done:
+            if future.done():
+                continue
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(result)
+        if actions:
+            self._route(actions)
+
+    async def _commit(self, mutations: list[Mutation]) -> None:
+        store = self._store
+        assert store is not None and self.epoch is not None
+        options = self._options
+        backoff = options.commit_backoff_initial
+        started = time.monotonic()
+        while True:
+            try:
+                await store.commit(self.epoch, mutations)
+                if time.monotonic() - started > 1.0:
+                    log.warning("store reachable again after %.1fs", time.monotonic() - started)
+                return
+            except Fenced as fenced:
+                raise _Fatal(f"fenced: {fenced}") from fenced
+            except Unavailable as unavailable:
+                elapsed = time.monotonic() - started
+                if elapsed >= options.max_store_outage:
+                    raise _Fatal(f"store unavailable for {elapsed:.0f}s: {unavailable}", unavailable=True) from None
+                if backoff == options.commit_backoff_initial:
+                    log.warning("store unavailable, retrying the commit: %s", unavailable)
+                await asyncio.sleep(min(backoff, options.max_store_outage - elapsed))
+                backoff = min(backoff * 2, options.commit_backoff_max)
+
+    def _route(self, actions: list[Any]) -> None:
+        dispatches: list[Dispatch] = []
+        resolves: list[Resolve] = []
+        events: list[StatusEvent] = []
+        aborts: list[Abort] = []
+        scales: list[Scale] = []
+        space: list[str | None] = []
+        for action in actions:
+            kind = type(action)
+            if kind is Dispatch:
+                dispatches.append(action)
+            elif kind is Resolve:
+                resolves.append(action)
+            elif kind is Publish:
+                events.append(action.event)
+            elif kind is Abort:
+                aborts.append(action)
+            elif kind is Scale:
+                scales.append(action)
+            elif kind is SpaceAvailable:
+                space.append(action.pool)
+        sink = self._sink
+        if aborts:
+            sink.abort(aborts)
+        if resolves:
+            sink.resolve(resolves)
+        if events:
+            sink.publish(events)
+        if scales:
+            sink.scale(scales)
+        if space:
+            sink.space_available(space)
+        if dispatches:
+            sink.dispatch(dispatches)
+
+    async def _step_down(self, reason: str) -> None:
+        if self.role is Role.STOPPED:
+            return
+        log.warning("stepping down: %s", reason)
+        self.stop_reason = reason
+        core = self.core
+        if core is not None:
+            core.dispatch_enabled = False
+            running = [Abort(lease_id, task_id, "leadership lost") for lease_id, task_id in core.active_leases()]
+            if running:
+                self._sink.abort(running)
+        self._fail_queued(NotLeader(f"not the leader ({reason})"))
+        self.role = Role.STOPPED
+        self._loop_task = None
+        if self._stepped_down is not None:
+            self._stepped_down.set()
+        if self.on_step_down is not None:
+            self.on_step_down(reason)
+
+
+class _Fatal(Exception):
+    def __init__(self, message: str, unavailable: bool = False) -> None:
+        super().__init__(message)
+        self.unavailable = unavailable
+
+
+def _with_epoch(config: CoreConfig, epoch: int, persist: bool) -> CoreConfig:
+    from dataclasses import replace
+
+    return replace(config, id_epoch=epoch & 0xFFFF, persist=persist)
