@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import sys
 from typing import Any
@@ -87,10 +88,8 @@ async def main() -> None:
             if args.exit_when_idle:
                 await sched.shutdown(1.0)
                 return
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(down.wait(), 0.05)
-        except TimeoutError:
-            pass
 
 
 if __name__ == "__main__":
