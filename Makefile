@@ -21,6 +21,7 @@ typecheck: $(STAMP)
 	$(PY) scripts/typecheck.py
 
 test: lint typecheck
+	bash scripts/ensure_postgres.sh
 	$(PY) -m pytest -q
 
 run: $(STAMP)

@@ -150,6 +150,7 @@ class Core:
         default = self._pools.get("default")
         self._default_pool = default if default is not None else self._pool_list[0]
         self._resources = ResourceTable(config.resources, now)
+        self._has_resources = bool(config.resources)
         self._ids = IdAllocator(config.id_epoch, config.id_shard)
         self._lease_ids = IdAllocator(config.id_epoch, config.id_shard)
         self._rng = random.Random(config.seed)
@@ -200,6 +201,14 @@ class Core:
     @property
     def live_tasks(self) -> int:
         return self._pending + self._running
+
+    @property
+    def running(self) -> int:
+        return self._running
+
+    def active_leases(self) -> list[tuple[int, int]]:
+        """(lease id, task id) of every running attempt."""
+        return [(lease_id, state.task.id) for lease_id, state in self._leases.items()]
 
     # ------------------------------------------------------------------------------------------
     # Submission
@@ -308,14 +317,12 @@ class Core:
             dup = duplicate_of[index]
             if dup is not None:
                 continue
-            entries = resolved[index]
             deps: list[_ResolvedDep] | None = None
-            if entries is not None:
+            batch_deps = resolved[index]
+            if batch_deps is not None:
                 deps = []
-                for parent, parent_index, awaited, cond in entries:
-                    if parent_index is not None:
-                        parent = created[parent_index]
-                    deps.append((parent, awaited, cond))
+                for known, source, awaited, cond in batch_deps:
+                    deps.append((created[source] if source is not None else known, awaited, cond))
             created[index] = self._create(now, pools[index], specs[index], deps, intervals[index])
         for index in range(count):
             dup = duplicate_of[index]
@@ -658,7 +665,8 @@ class Core:
         """Timers of a fixed start: the miss deadline, the first hold check and the start."""
         fixed = task.fixed
         assert fixed is not None
-        self._push_timer(fixed.start + fixed.tolerance, _T_MISS, task, 0)
+        # A start at exactly start + tolerance is still on time: the miss is one tick later.
+        self._push_timer(fixed.start + fixed.tolerance + 1, _T_MISS, task, 0)
         if fixed.start > now:
             self._push_timer(max(now, fixed.start - task.pool.config.max_hold), _T_HOLD, task, 0)
             self._push_timer(fixed.start, _T_START, task, 0)
@@ -733,7 +741,7 @@ class Core:
         if where == NOWHERE:
             return
         task.qgen += 1
-        if where == IN_FIFO or where == IN_SFQ:
+        if where in (IN_FIFO, IN_SFQ):
             task.pool.ready[task.cls] -= 1
         elif where == IN_EDF:
             task.pool.ready[task.cls] -= 1
@@ -791,6 +799,13 @@ class Core:
 
     def _make_due(self, task: Task, now: int) -> None:
         """A fixed-start task whose start has come (or a retried fixed-start attempt)."""
+        guard = task.guard
+        if guard is not None:
+            task.guard = None
+            previous = self._tasks.get(guard)
+            if previous is not None and not previous.status.terminal:
+                self._finish(task, _SKIPPED, now, f"previous occurrence {guard} is still running")
+                return
         pool = task.pool
         if task.where == WAITING_HOLD:
             self._unqueue(task)
@@ -863,6 +878,8 @@ class Core:
             self._fire(kind, obj, gen, now)
         if self._retained:
             self._expire_retained(now)
+        if self._has_resources:
+            self._wake_resources(now)
         if self._dirty and self.dispatch_enabled:
             dirty = sorted(self._dirty, key=lambda pool: pool.index)
             self._dirty.clear()
@@ -874,6 +891,8 @@ class Core:
                 self._dirty.clear()
                 for pool in again:
                     self._dispatch_pool(pool, now)
+        if self._has_resources:
+            self._arm_refill(now)
 
     def next_wakeup(self) -> int | None:
         """The earliest time ``tick`` has something to do (None: nothing until the next call)."""
@@ -941,7 +960,8 @@ class Core:
             if best_lane == 0:
                 lane = lanes[cls]
                 if pool.sfq is not None:
-                    pool.virtual_time[cls] = max(pool.virtual_time[cls], lane.peek_key())  # type: ignore[attr-defined]
+                    sfq_lane = pool.sfq[cls]
+                    pool.virtual_time[cls] = max(pool.virtual_time[cls], sfq_lane.peek_key())
                 lane.pop()
             else:
                 edf[cls].pop()
@@ -995,9 +1015,11 @@ class Core:
         spec = task.spec
         assert spec is not None
         if spec.resources:
-            short = self._resources.try_acquire(spec.resources, now)
+            short = self._resources.try_acquire(spec.resources, now, task.id)
+            woken = task.woken
+            task.woken = False
             if short is not None:
-                self._resources.park(short, task.id, spec.resources[short])
+                self._resources.park(short, task.id, spec.resources[short], front=woken)
                 task.where = PARKED_RESOURCE
                 self._arm_refill(now)
                 return
@@ -1190,7 +1212,10 @@ class Core:
             if task is not None and task.where == PARKED_RESOURCE:
                 task.where = NOWHERE
                 task.qgen += 1
+                task.woken = True
                 self._requeue(task, now)
+            else:
+                self._resources.unpark(task_id)
 
     def _arm_refill(self, now: int) -> None:
         when = self._resources.next_refill(now)
@@ -1244,6 +1269,9 @@ class Core:
             self._unqueue(task)
         if task.holding:
             self._drop_hold(task)
+        spec = task.spec
+        if spec is not None and spec.resources:
+            self._resources.unpark(task.id)  # also ends a claim on units it was woken for
         if task.fixed is not None:
             pool.reservations.remove(task.id)
             if not task.fixed_done and status in (_MISSED, _FAILED) and task.started_at is None:
@@ -1408,7 +1436,7 @@ class Core:
         if kind == _T_RETRY:
             assert isinstance(obj, Task)
             return obj.status is _RETRYING and obj.retry_at == gen
-        if kind == _T_TIMEOUT or kind == _T_LEASE:
+        if kind in (_T_TIMEOUT, _T_LEASE):
             assert isinstance(obj, LeaseState)
             return obj.active
         if kind in (_T_START, _T_HOLD, _T_MISS, _T_AWAIT):
@@ -1465,7 +1493,9 @@ class Core:
             if hold_at <= now:
                 self._request_hold(obj)
             else:
-                self._push_timer(hold_at, _T_HOLD, obj, 0)
+                # Look again before then: the pool's run times (and so the lead) may grow.
+                recheck = now + max((hold_at - now) // 2, NS_PER_S)
+                self._push_timer(min(hold_at, recheck), _T_HOLD, obj, 0)
         elif kind == _T_MISS:
             assert isinstance(obj, Task)
             self._apply_miss(obj, now)
@@ -1615,10 +1645,10 @@ class Core:
         tags[RECURRING_TAG] = spec.name
         key = f"{template.key}@{rfc3339_utc(start)}" if template.key is not None else None
         deps: tuple[Dep, ...] = ()
-        skip = False
+        guard: int | None = None
         if last_live and last is not None:
             if spec.overlap is OverlapPolicy.SKIP:
-                skip = True
+                guard = last.id  # decided at the start: skipped only if the previous still runs
             elif spec.overlap is OverlapPolicy.QUEUE:
                 deps = (Dep(last.id, EdgeCond.ON_COMPLETE),)
             elif spec.overlap is OverlapPolicy.QUEUE_ON_SUCCESS:
@@ -1643,12 +1673,6 @@ class Core:
         created: Task | None = None
         if key is not None and key in self._keys:
             created = None  # this occurrence already exists (replaced schedule, or recovered)
-        elif skip:
-            created = self._create(now, pool, TaskSpec(
-                payload=template.payload, pool=pool.name, kind=template.kind, priority=template.priority,
-                key=key, tags=tags, labels=template.labels, tenant=template.tenant), None, None)
-            self._finish(created, _SKIPPED, now, f"previous occurrence {last.id if last else ''} still running")
-            created = None
         else:
             interval = self._reservation_interval(pool, occurrence, occurrence.fixed_start)  # type: ignore[arg-type]
             if not pool.reservations.fits(*interval):
@@ -1656,6 +1680,12 @@ class Core:
             else:
                 resolved = self._resolve_deps(pool, occurrence, None) if deps else None
                 created = self._create(now, pool, occurrence, resolved, interval)
+                if guard is not None and not created.status.terminal:
+                    created.guard = guard
+                    if created.status is _READY and created.where == IN_DUE:
+                        # Its start has already come: decide now.
+                        self._unqueue(created)
+                        self._make_due(created, now)
         if created is not None:
             schedule.last_task_id = created.id
         schedule.last_start = start
@@ -1859,14 +1889,11 @@ class Core:
             shed = self._shed_index.get(pool)
             if shed is not None and task.fixed is None:
                 shed[cls][task.id] = task
-            spec = task.spec
-            assert spec is not None
-            if spec.deadline is not None:
-                self._set_estimate(task, spec)
+            if task.spec is not None and task.spec.deadline is not None:
+                self._set_estimate(task, task.spec)
         for task, _ in live:
-            spec = task.spec
-            assert spec is not None
-            for dep in spec.deps:
+            assert task.spec is not None
+            for dep in task.spec.deps:
                 parent = self._lookup(dep.target)
                 if parent is None:
                     # Finished before the retention window (it was accepted), or an awaited key.
@@ -1915,8 +1942,8 @@ class Core:
                 self._release(task, now, fresh=True)
         for task, parent in doomed:
             self._finish(task, _SKIPPED, now, f"dependency {parent.id} ended as {parent.status.value}")
-        for item in recovered.recurring:
-            self._restore_schedule(item.spec, item.next_at, item.last_task_id, now)
+        for schedule in recovered.recurring:
+            self._restore_schedule(schedule.spec, schedule.next_at, schedule.last_task_id, now)
 
     def _restore_schedule(self, spec: RecurringSpec, next_at: int | None, last_task_id: int | None,
                           now: int) -> None:

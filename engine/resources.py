@@ -23,9 +23,11 @@ Claims. A woken task holds a *claim* on the units it was woken for until it show
 units go to whichever task the engine dispatches first, as priority order intends. They only
 keep ``wake`` from promising the same units twice, and when a claim ends without the units
 being taken, the queue it came from is looked at again so the waiter that was held back behind
-it is not forgotten. The engine must therefore pass the task id to ``try_acquire`` and call
-``unpark`` for a task that leaves the waiting states without being dispatched; a claim that is
-never settled keeps its units promised.
+it is not forgotten. The engine should therefore pass the task id to ``try_acquire`` and
+call ``unpark`` for a task that leaves the waiting states without being dispatched. Without
+the id, a successful ``try_acquire`` settles the oldest open claims on what it took, which is
+right when woken tasks dispatch in the order they were woken; a claim that is never settled
+keeps its units promised and holds back the queue behind it.
 
 Token buckets refill continuously at ``rate`` units per second up to ``burst`` and start full.
 Their level is a float computed on demand from the level and time of the last acquisition, so
@@ -70,8 +72,10 @@ class _Resource:
         "burst",
         "capacity",
         "charge",
+        "claimq",
         "live",
         "name",
+        "nclaims",
         "permits",
         "queue",
         "rate",
@@ -92,7 +96,10 @@ class _Resource:
         self.stamp = now
         self.queue: deque[_Waiter] = deque()
         self.live = 0
-        # Units promised by wake to woken tasks that have not settled their claims.
+        # Open claims of tasks woken from this queue, oldest first (stale entries are skipped),
+        # their number, and the units they were promised.
+        self.claimq: deque[_Waiter] = deque()
+        self.nclaims = 0
         self.charge = 0
 
 
@@ -108,8 +115,10 @@ def _tokens_at(res: _Resource, now: int) -> float:
 def _refill_time(res: _Resource, need: float, now: int) -> int:
     """Earliest integer ns ``t >= now`` at which ``_tokens_at(res, t) >= need``.
 
-    The closed form is rounded up and then nudged so that it agrees exactly with
-    ``_tokens_at``: a timer set for the returned time always finds the tokens there.
+    The closed form is rounded up, then nudged until it agrees with ``_tokens_at``, so a
+    timer set for the returned time always finds the tokens there. Float rounding only moves
+    the closed form at very slow rates (about 1e-7 tokens/s and below); there the result may
+    still be a few ns later than the true earliest time, never earlier.
     """
     if _tokens_at(res, now) >= need:
         return now
@@ -121,7 +130,7 @@ def _refill_time(res: _Resource, need: float, now: int) -> int:
     while _tokens_at(res, t) < need:
         t += step
         step *= 2
-    # Float rounding in the closed form can overshoot by a nanosecond; step back if so.
+    # The closed form may also overshoot by a nanosecond or two; step back if so.
     for _ in range(2):
         if t - 1 > now and _tokens_at(res, t - 1) >= need:
             t -= 1
@@ -164,7 +173,7 @@ class ResourceTable:
             res = self._by_name.get(name) if isinstance(name, str) else None
             if res is None:
                 return SubmitCode.UNKNOWN_RESOURCE, f"unknown resource {name!r}"
-            if type(amount) is not int or amount < 1:
+            if not isinstance(amount, int) or isinstance(amount, bool) or amount < 1:
                 return (
                     SubmitCode.INVALID,
                     f"resource {name!r}: the amount must be a positive integer, not {amount!r}",
@@ -185,11 +194,38 @@ class ResourceTable:
         a resource that does not have enough units right now.
 
         ``waiter`` is the task's id; it settles the claim the task got if ``wake`` woke it.
+        Without it, a successful acquisition settles the oldest open claims on each resource
+        it takes from, up to the units taken (a fallback that guesses who was served).
         """
         if not requests:
             if waiter is not None and self._claims:
-                self._settle(waiter, taken=False)
+                self._settle(waiter, None)
             return None
+        if len(requests) == 1:
+            # The common case, in one pass.
+            for name, amount in requests.items():
+                res = self._by_name[name]
+                if res.bucket:
+                    level = _tokens_at(res, now)
+                    if level < amount:
+                        break
+                    res.tokens = level - amount
+                    if now > res.stamp:
+                        res.stamp = now
+                elif res.permits - res.used < amount:
+                    break
+                else:
+                    res.used += amount
+                if self._claims:
+                    if waiter is None:
+                        if res.charge:
+                            self._settle_oldest(res, amount)
+                    else:
+                        self._settle(waiter, requests)
+                return None
+            if waiter is not None and self._claims:
+                self._settle(waiter, None)
+            return name
         table = self._by_name
         for name, amount in requests.items():
             res = table[name]
@@ -207,11 +243,13 @@ class ResourceTable:
                         res.stamp = now
                 else:
                     res.used += amount
+                if res.charge and waiter is None:
+                    self._settle_oldest(res, amount)
             if waiter is not None and self._claims:
-                self._settle(waiter, taken=True)
+                self._settle(waiter, requests)
             return None
         if waiter is not None and self._claims:
-            self._settle(waiter, taken=False)
+            self._settle(waiter, None)
         return name
 
     def release(self, requests: Mapping[str, int], now: int) -> None:
@@ -229,23 +267,55 @@ class ResourceTable:
                 if res.live:
                     self._dirty[res] = None
 
-    def _settle(self, task: int, taken: bool) -> None:
-        """End the open claim of ``task``, if any. Unless its units were just taken, they
-        may now satisfy a waiter that wake held back, so the semaphore is looked at again
-        (buckets are looked at on every wake anyway)."""
+    def _settle(self, task: int, taken: Mapping[str, int] | None) -> None:
+        """End the open claim of ``task``, if any; ``taken`` is what the task just acquired.
+
+        Unless the claimed units were among them, they may now satisfy a waiter that wake
+        held back, so the semaphore is looked at again (buckets are on every wake anyway).
+        """
         claim = self._claims.pop(task, None)
         if claim is None:
             return
         res = claim.res
         res.charge -= claim.amount
-        if not taken and not res.bucket and res.live:
+        res.nclaims -= 1
+        if not res.nclaims:
+            res.claimq.clear()
+        elif len(res.claimq) > 2 * res.nclaims + 8:
+            claims = self._claims
+            res.claimq = deque(c for c in res.claimq if claims.get(c.task) is c)
+        if res.live and not res.bucket and (taken is None or taken.get(res.name, 0) < claim.amount):
             self._dirty[res] = None
+
+    def _settle_oldest(self, res: _Resource, amount: int) -> None:
+        """Count ``amount`` units just taken from ``res`` by an anonymous caller against the
+        oldest open claims on it (the last one possibly in part)."""
+        queue = res.claimq
+        claims = self._claims
+        while amount > 0 and queue:
+            claim = queue[0]
+            if claims.get(claim.task) is not claim:
+                queue.popleft()
+                continue
+            if claim.amount > amount:
+                claim.amount -= amount
+                res.charge -= amount
+                return
+            amount -= claim.amount
+            res.charge -= claim.amount
+            res.nclaims -= 1
+            del claims[claim.task]
+            queue.popleft()
 
     # -----------------------------------------------------------------------------------------
     # Parking
 
-    def park(self, name: str, waiter: int, amount: int) -> None:
-        """Append ``waiter`` (a task id) wanting ``amount`` units to the queue of ``name``."""
+    def park(self, name: str, waiter: int, amount: int, front: bool = False) -> None:
+        """Append ``waiter`` (a task id) wanting ``amount`` units to the queue of ``name``.
+
+        ``front`` puts it at the head instead: a task that was woken and then lost the units to
+        a more urgent task keeps its place ahead of later waiters.
+        """
         if waiter in self._parked:
             raise ValueError(f"task {waiter} is already parked")
         res = self._by_name[name]
@@ -253,7 +323,7 @@ class ResourceTable:
             # Such a waiter could never be woken (and a bucket could never be due for it).
             raise ValueError(f"resource {name!r}: cannot park a request of {amount} units")
         if self._claims:
-            self._settle(waiter, taken=False)
+            self._settle(waiter, None)
         entry = _Waiter(waiter, amount, res)
         if not res.live:
             # A new head. After a failed try_acquire it cannot fit, but checking costs little
@@ -263,7 +333,14 @@ class ResourceTable:
                 self._waiting_buckets[res] = None
             else:
                 self._dirty[res] = None
-        res.queue.append(entry)
+        if front:
+            res.queue.appendleft(entry)
+            if res.bucket:
+                self._waiting_buckets[res] = None
+            else:
+                self._dirty[res] = None
+        else:
+            res.queue.append(entry)
         res.live += 1
         self._parked[waiter] = entry
 
@@ -275,7 +352,7 @@ class ResourceTable:
         skipped later; a queue is compacted once most of it is stale, so this is O(1) amortized.
         """
         if self._claims:
-            self._settle(waiter, taken=False)
+            self._settle(waiter, None)
         entry = self._parked.pop(waiter, None)
         if entry is None:
             return False
@@ -349,6 +426,8 @@ class ResourceTable:
             del parked[entry.task]
             res.live -= 1
             claims[entry.task] = entry
+            res.claimq.append(entry)
+            res.nclaims += 1
             res.charge += entry.amount
             out.append(entry.task)
 
@@ -407,16 +486,22 @@ class ResourceTable:
         """Raise AssertionError if any count is out of range or the waiter books disagree."""
         live_total = 0
         charges = {res: 0 for res in self._by_name.values()}
+        counts = dict.fromkeys(self._by_name.values(), 0)
         for task, claim in self._claims.items():
             if task in self._parked:
                 raise AssertionError(f"task {task} is parked and holds a claim")
+            if claim.amount < 1 or claim not in claim.res.claimq:
+                raise AssertionError(f"task {task}: claim of {claim.amount} is out of its queue")
             charges[claim.res] += claim.amount
+            counts[claim.res] += 1
         for res in self._by_name.values():
             if res.bucket:
                 if not 0.0 <= res.tokens <= res.burst:
                     raise AssertionError(f"bucket {res.name!r}: {res.tokens} tokens outside [0, {res.burst}]")
             elif not 0 <= res.used <= res.permits:
                 raise AssertionError(f"semaphore {res.name!r}: {res.used} of {res.permits} permits in use")
+            if res.nclaims != counts[res]:
+                raise AssertionError(f"resource {res.name!r}: {counts[res]} open claims, counted {res.nclaims}")
             if res.charge != charges[res]:
                 raise AssertionError(f"resource {res.name!r}: {res.charge} promised, claims add up to {charges[res]}")
             live = sum(1 for w in res.queue if self._parked.get(w.task) is w)

@@ -44,6 +44,7 @@ class Task:
         "finished_at",
         "fixed",
         "fixed_done",
+        "guard",
         "has_output",
         "holding",
         "id",
@@ -69,6 +70,7 @@ class Task:
         "tenant",
         "unmet",
         "where",
+        "woken",
     )
 
     def __init__(self, task_id: int, pool: Pool, spec: TaskSpec, now: int, retry: RetryPolicy) -> None:
@@ -93,6 +95,7 @@ class Task:
         self.fixed: FixedStart | None = spec.fixed_start
         self.fixed_done = False  # the fixed start was met, missed or no longer applies
         self.holding = False
+        self.guard: int | None = None  # recurring Skip: skipped at its start if this task still runs
         self.unmet = 0
         self.awaiting: set[str] | None = None
         self.children: list[tuple[Task, EdgeCond]] | None = None
@@ -106,6 +109,7 @@ class Task:
         self.has_output = False
         self.qgen = 0
         self.where = NOWHERE
+        self.woken = False  # re-queued by a resource wake-up: keeps its place if it parks again
         self.recurring: str | None = spec.tags.get("cronoq.recurring") if spec.tags else None
 
     def __repr__(self) -> str:

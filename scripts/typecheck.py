@@ -22,9 +22,9 @@ def build_tree() -> Path:
     wanted = {entry.name: entry for entry in (ROOT / "cronoq").iterdir() if entry.name != "__pycache__"}
     wanted.update({name: ROOT / name for name in SUBPACKAGES})
     for existing in pkg.iterdir():
-        if existing.name not in wanted or not existing.is_symlink():
-            if existing.is_symlink() or existing.is_file():
-                existing.unlink()
+        stale = existing.name not in wanted or not existing.is_symlink()
+        if stale and (existing.is_symlink() or existing.is_file()):
+            existing.unlink()
     for name, target in wanted.items():
         link = pkg / name
         if link.is_symlink() and os.readlink(link) == str(target):

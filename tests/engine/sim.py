@@ -27,6 +27,7 @@ from cronoq.engine import (
     Scale,
     StatusEvent,
     Success,
+    TaskInfo,
     TaskSpec,
 )
 from cronoq.engine.types import NS_PER_S
@@ -132,6 +133,16 @@ class Sim:
             self.step()
         self.now = target
         self.step()
+
+    def set_capacity(self, capacity: int, pool: str = "default", labels: dict[str, str] | None = None) -> None:
+        """Report a pool's (or one worker group's) capacity, then step."""
+        self.core.set_group_capacity(self.now, pool, labels or {}, capacity)
+        self.step()
+
+    def info(self, ref: int | str) -> TaskInfo:
+        info = self.core.get(ref)
+        assert info is not None, f"no task {ref!r}"
+        return info
 
     def status(self, ref: int | str) -> str:
         info = self.core.get(ref)

@@ -1,0 +1,754 @@
+"""Row encoding shared by every store: mutations become rows, rows become recovered tasks.
+
+All three stores keep the same row shapes (the memory store keeps them in dicts), so they encode,
+validate, fold and decode alike, and the conformance suite can hold them to one behaviour.
+
+Task rows (column order of ``TASK_COLUMNS``):
+
+====================  =====================================================================
+``id``                task id; stored as a signed 64-bit integer (see ``to_db_id``)
+``pool``              the pool the engine resolved (``TaskRecord.pool``)
+``kind``              ``TaskSpec.kind``
+``priority``          ``Priority`` value 0..3
+``key``               ``TaskSpec.key`` or NULL
+``tenant``            ``TaskSpec.tenant`` or NULL
+``status``            latest ``TaskStatus`` value (text)
+``attempt``           attempts started so far
+``max_attempts``      ``TaskRecord.max_attempts``
+``message``           latest status message (NUL and lone surrogates replaced by U+FFFD)
+``submitted_at``      ``TaskRecord.submitted_at``
+``started_at``        ``at`` of the latest Running status, else NULL
+``finished_at``       ``at`` of the terminal status, NULL while the task is live
+``retry_at``          retry time of the latest status, else NULL
+``spec``              JSON text with the rest of the spec (see ``spec_to_json``)
+``payload``           ``codec.encode(spec.payload)``
+``output``            ``codec.encode(output)`` of a Succeeded task, else NULL
+``has_output``        whether ``output`` holds an output
+====================  =====================================================================
+
+Recurring rows: ``name``, ``cron``, ``spec`` (JSON: tz, policies and the template without its
+payload), ``payload`` (the template's payload through the codec), ``next_at``, ``last_task_id``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from cronoq.engine.actions import (
+    DeleteRecurring,
+    Mutation,
+    PutRecurring,
+    PutTask,
+    RecoveredRecurring,
+    RecoveredTask,
+    SetStatus,
+    TaskRecord,
+)
+from cronoq.engine.types import (
+    Dep,
+    EdgeCond,
+    FixedStart,
+    MissPolicy,
+    OverlapPolicy,
+    Priority,
+    RecurringSpec,
+    RetryPolicy,
+    TaskSpec,
+    TaskStatus,
+)
+
+from .base import Codec, Corrupt
+
+# ---------------------------------------------------------------------------------------------
+# Column layouts
+
+TASK_COLUMNS: Final = (
+    "id",
+    "pool",
+    "kind",
+    "priority",
+    "key",
+    "tenant",
+    "status",
+    "attempt",
+    "max_attempts",
+    "message",
+    "submitted_at",
+    "started_at",
+    "finished_at",
+    "retry_at",
+    "spec",
+    "payload",
+    "output",
+    "has_output",
+)
+# Recovery reads every column but the output, which ``load_output`` fetches on demand.
+READ_COLUMNS: Final = tuple(c for c in TASK_COLUMNS if c != "output")
+
+(
+    T_ID,
+    T_POOL,
+    T_KIND,
+    T_PRIORITY,
+    T_KEY,
+    T_TENANT,
+    T_STATUS,
+    T_ATTEMPT,
+    T_MAX_ATTEMPTS,
+    T_MESSAGE,
+    T_SUBMITTED,
+    T_STARTED,
+    T_FINISHED,
+    T_RETRY_AT,
+    T_SPEC,
+    T_PAYLOAD,
+) = range(16)
+# Indexes that differ between a full row (TASK_COLUMNS) and a read row (READ_COLUMNS).
+T_OUTPUT_FULL: Final = 16
+T_HAS_OUTPUT_FULL: Final = 17
+T_HAS_OUTPUT_READ: Final = 16
+
+# A status update: what one task's SetStatus mutations of a step leave behind.
+STATUS_COLUMNS: Final = (
+    "id",
+    "status",
+    "attempt",
+    "message",
+    "started_at",  # NULL means: keep the stored value
+    "finished_at",
+    "retry_at",
+    "output",
+    "has_output",
+)
+
+RECURRING_COLUMNS: Final = ("name", "cron", "spec", "payload", "next_at", "last_task_id")
+
+TERMINAL_VALUES: Final = frozenset(s.value for s in TaskStatus if s.terminal)
+
+log = logging.getLogger("cronoq.stores")
+
+# ---------------------------------------------------------------------------------------------
+# Ids and integers
+
+_U64: Final = 1 << 64
+_I63: Final = 1 << 63
+
+
+def to_db_id(task_id: int) -> int:
+    """A uint64 task id as the signed 64-bit integer SQL databases store.
+
+    Ids of one store share their shard bits, so the mapping keeps their order.
+    """
+    if type(task_id) is not int or not 0 <= task_id < _U64:
+        raise ValueError(f"task id {task_id!r} is not an unsigned 64-bit integer")
+    return task_id - _U64 if task_id >= _I63 else task_id
+
+
+def from_db_id(value: int) -> int:
+    return value + _U64 if value < 0 else value
+
+
+def _i64(value: object, what: str) -> int:
+    if type(value) is not int or not -_I63 <= value < _I63:
+        raise ValueError(f"{what} must be an int that fits in 64 bits, got {value!r}")
+    return value
+
+
+def _opt_i64(value: object, what: str) -> int | None:
+    return None if value is None else _i64(value, what)
+
+
+# ---------------------------------------------------------------------------------------------
+# Text rules
+
+
+def check_text(value: object, what: str) -> str:
+    """Refuse text a store cannot keep as it is: NUL, unpaired surrogates, non-strings."""
+    if not isinstance(value, str):
+        raise ValueError(f"{what} must be a string, got {type(value).__name__}")
+    if "\0" in value:
+        raise ValueError(f"{what} must not contain NUL characters: {value!r}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{what} is not valid Unicode text: {value!r}") from None
+    return value
+
+
+def _opt_text(value: object, what: str) -> str | None:
+    return None if value is None else check_text(value, what)
+
+
+def clean_message(message: object) -> str | None:
+    """Messages come from executors and workers: store them, replacing what text cannot hold."""
+    if message is None:
+        return None
+    text = message if isinstance(message, str) else str(message)
+    if "\0" in text:
+        text = text.replace("\0", "\ufffd")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = "".join("\ufffd" if 0xD800 <= ord(ch) <= 0xDFFF else ch for ch in text)
+    return text
+
+
+def _str_map(value: Mapping[str, str], what: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for k, v in value.items():
+        out[check_text(k, f"{what} name")] = check_text(v, f"{what} {k!r} value")
+    return out
+
+
+def _int_map(value: Mapping[str, int], what: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for k, v in value.items():
+        out[check_text(k, f"{what} name")] = _i64(v, f"{what} {k!r}")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Specs as JSON
+
+
+def _dumps(obj: object) -> str:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def _spec_fields(spec: TaskSpec, pool: str | None) -> dict[str, Any]:
+    """The spec fields that have no column of their own; defaults are left out.
+
+    ``pool`` is the pool already stored elsewhere: ``spec.pool`` is written only when it differs.
+    """
+    d: dict[str, Any] = {}
+    if spec.pool != pool:
+        d["pool"] = _opt_text(spec.pool, "pool name")
+    if spec.deadline is not None:
+        d["deadline"] = _i64(spec.deadline, "deadline")
+    fs = spec.fixed_start
+    if fs is not None:
+        d["fixed_start"] = {
+            "start": _i64(fs.start, "fixed start"),
+            "tolerance": _i64(fs.tolerance, "fixed start tolerance"),
+            "on_miss": fs.on_miss.value,
+        }
+    if spec.duration_hint is not None:
+        d["duration_hint"] = _i64(spec.duration_hint, "duration hint")
+    if spec.timeout is not None:
+        d["timeout"] = _i64(spec.timeout, "timeout")
+    if spec.retry is not None:
+        r = spec.retry
+        d["retry"] = {
+            "max_attempts": _i64(r.max_attempts, "retry.max_attempts"),
+            "initial_backoff": _i64(r.initial_backoff, "retry.initial_backoff"),
+            "multiplier": float(r.multiplier),
+            "max_backoff": _i64(r.max_backoff, "retry.max_backoff"),
+            "jitter": bool(r.jitter),
+        }
+    if spec.deps:
+        deps: list[dict[str, Any]] = []
+        for dep in spec.deps:
+            target = dep.target
+            if isinstance(target, str):
+                deps.append({"key": check_text(target, "dependency key"), "on": dep.cond.value})
+            else:
+                to_db_id(target)  # validates the range
+                deps.append({"id": target, "on": dep.cond.value})
+        d["deps"] = deps
+    if spec.resources:
+        d["resources"] = _int_map(spec.resources, "resource")
+    if spec.tags:
+        d["tags"] = _str_map(spec.tags, "tag")
+    if spec.labels:
+        d["labels"] = _str_map(spec.labels, "label")
+    return d
+
+
+def _template_to_dict(spec: TaskSpec) -> dict[str, Any]:
+    d: dict[str, Any] = {
+        "pool": _opt_text(spec.pool, "pool name"),
+        "kind": check_text(spec.kind, "kind"),
+        "priority": int(Priority.parse(spec.priority)),
+    }
+    if spec.key is not None:
+        d["key"] = check_text(spec.key, "key")
+    if spec.tenant is not None:
+        d["tenant"] = check_text(spec.tenant, "tenant")
+    d.update(_spec_fields(spec, spec.pool))
+    return d
+
+
+# Decoding helpers raise Corrupt with a short reason.
+
+
+def _want_int(value: object, what: str) -> int:
+    if type(value) is not int:
+        raise Corrupt(f"{what} is not an integer")
+    return value
+
+
+def _want_opt_int(value: object, what: str) -> int | None:
+    return None if value is None else _want_int(value, what)
+
+
+def _want_str(value: object, what: str) -> str:
+    if not isinstance(value, str):
+        raise Corrupt(f"{what} is not text")
+    return value
+
+
+def _want_opt_str(value: object, what: str) -> str | None:
+    return None if value is None else _want_str(value, what)
+
+
+def _want_str_map(value: object, what: str) -> dict[str, str]:
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise Corrupt(f"{what} are not a map of text")
+    return value
+
+
+def _want_int_map(value: object, what: str) -> dict[str, int]:
+    if not isinstance(value, dict) or not all(isinstance(k, str) and type(v) is int for k, v in value.items()):
+        raise Corrupt(f"{what} are not a map of integers")
+    return value
+
+
+def _enum(cls: Any, value: object, what: str) -> Any:
+    try:
+        return cls(value)
+    except (ValueError, TypeError):
+        raise Corrupt(f"unknown {what} {value!r}") from None
+
+
+def _load_json(text: object, what: str) -> dict[str, Any]:
+    if isinstance(text, bytes | bytearray | memoryview):
+        text = bytes(text).decode("utf-8", "replace")
+    if not isinstance(text, str):
+        raise Corrupt(f"{what} is not text")
+    try:
+        d = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
+        raise Corrupt(f"{what} is not valid JSON ({reason})") from None
+    if not isinstance(d, dict):
+        raise Corrupt(f"{what} is not a JSON object")
+    return d
+
+
+def _spec_from_fields(d: dict[str, Any], spec: TaskSpec) -> TaskSpec:
+    """Fill ``spec`` (which already holds the column fields) from a ``_spec_fields`` dict."""
+    if "pool" in d:
+        spec.pool = _want_opt_str(d["pool"], "spec pool")
+    spec.deadline = _want_opt_int(d.get("deadline"), "deadline")
+    fs = d.get("fixed_start")
+    if fs is not None:
+        if not isinstance(fs, dict):
+            raise Corrupt("fixed start is not an object")
+        spec.fixed_start = FixedStart(
+            start=_want_int(fs.get("start"), "fixed start"),
+            tolerance=_want_int(fs.get("tolerance"), "fixed start tolerance"),
+            on_miss=_enum(MissPolicy, fs.get("on_miss"), "miss policy"),
+        )
+    spec.duration_hint = _want_opt_int(d.get("duration_hint"), "duration hint")
+    spec.timeout = _want_opt_int(d.get("timeout"), "timeout")
+    r = d.get("retry")
+    if r is not None:
+        if not isinstance(r, dict):
+            raise Corrupt("retry policy is not an object")
+        multiplier = r.get("multiplier")
+        if type(multiplier) not in (int, float):
+            raise Corrupt("retry multiplier is not a number")
+        jitter = r.get("jitter")
+        if not isinstance(jitter, bool):
+            raise Corrupt("retry jitter is not a boolean")
+        spec.retry = RetryPolicy(
+            max_attempts=_want_int(r.get("max_attempts"), "retry max_attempts"),
+            initial_backoff=_want_int(r.get("initial_backoff"), "retry initial_backoff"),
+            multiplier=float(multiplier),  # type: ignore[arg-type]
+            max_backoff=_want_int(r.get("max_backoff"), "retry max_backoff"),
+            jitter=jitter,
+        )
+    deps_raw = d.get("deps", ())
+    if not isinstance(deps_raw, list | tuple):
+        raise Corrupt("dependencies are not a list")
+    deps: list[Dep] = []
+    for item in deps_raw:
+        if not isinstance(item, dict):
+            raise Corrupt("a dependency is not an object")
+        cond = _enum(EdgeCond, item.get("on"), "dependency condition")
+        if "id" in item:
+            deps.append(Dep(_want_int(item["id"], "dependency id"), cond))
+        else:
+            deps.append(Dep(_want_str(item.get("key"), "dependency key"), cond))
+    spec.deps = tuple(deps)
+    spec.resources = _want_int_map(d.get("resources", {}), "resources")
+    spec.tags = _want_str_map(d.get("tags", {}), "tags")
+    spec.labels = _want_str_map(d.get("labels", {}), "labels")
+    return spec
+
+
+def _template_from_dict(d: dict[str, Any], payload: object) -> TaskSpec:
+    spec = TaskSpec(
+        payload=payload,
+        pool=_want_opt_str(d.get("pool"), "template pool"),
+        kind=_want_str(d.get("kind"), "template kind"),
+        priority=_enum(Priority, d.get("priority"), "priority"),
+        key=_want_opt_str(d.get("key"), "template key"),
+        tenant=_want_opt_str(d.get("tenant"), "template tenant"),
+    )
+    rest = {k: v for k, v in d.items() if k != "pool"}
+    return _spec_from_fields(rest, spec)
+
+
+def _decode_payload(codec: Codec, data: object, what: str) -> object:
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise Corrupt(f"{what} is not bytes")
+    try:
+        return codec.decode(bytes(data))
+    except Exception as exc:
+        raise Corrupt(f"{what} cannot be decoded ({type(exc).__name__}: {exc})") from None
+
+
+def decode_output(codec: Codec, data: object) -> object:
+    return _decode_payload(codec, data, "output")
+
+
+# ---------------------------------------------------------------------------------------------
+# Encoding a step
+
+
+@dataclass(slots=True)
+class Batch:
+    """One step's mutations folded into rows: at most one row per task and per schedule.
+
+    ``tasks`` are full task rows to upsert; ``statuses`` update tasks written by earlier steps;
+    ``recurring`` rows are upserted and ``deleted`` schedules removed; ``max_id`` is the largest
+    task id submitted in the step (as stored), for the high-water mark. Folding first lets each
+    kind travel as one statement whatever the order of the mutations.
+    """
+
+    tasks: list[list[Any]] = field(default_factory=list)
+    statuses: list[list[Any]] = field(default_factory=list)
+    recurring: list[tuple[Any, ...]] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    max_id: int | None = None
+
+    @property
+    def empty(self) -> bool:
+        return not (self.tasks or self.statuses or self.recurring or self.deleted)
+
+
+def _task_row(record: TaskRecord, codec: Codec) -> list[Any]:
+    spec = record.spec
+    pool = check_text(record.pool, "pool name")
+    status = record.status
+    if not isinstance(status, TaskStatus):
+        raise ValueError(f"task {record.id}: status must be a TaskStatus")
+    submitted = _i64(record.submitted_at, "submitted_at")
+    return [
+        to_db_id(record.id),
+        pool,
+        check_text(spec.kind, "kind"),
+        int(Priority.parse(spec.priority)),
+        _opt_text(spec.key, "key"),
+        _opt_text(spec.tenant, "tenant"),
+        status.value,
+        0,
+        _i64(record.max_attempts, "max_attempts"),
+        None,
+        submitted,
+        None,
+        submitted if status.terminal else None,
+        None,
+        _dumps({"status": status.value, **_spec_fields(spec, pool)}),
+        codec.encode(spec.payload),
+        None,
+        False,
+    ]
+
+
+def _apply_status(row: list[Any], m: SetStatus, codec: Codec, full_row: bool) -> None:
+    """Apply one SetStatus to a task row (``full_row``) or a status row."""
+    status = m.status
+    if not isinstance(status, TaskStatus):
+        raise ValueError(f"task {m.id}: status must be a TaskStatus")
+    at = _i64(m.at, "status time")
+    output = codec.encode(m.output) if m.has_output else None
+    if full_row:
+        row[T_STATUS] = status.value
+        row[T_ATTEMPT] = _i64(m.attempt, "attempt")
+        row[T_MESSAGE] = clean_message(m.message)
+        if status is TaskStatus.RUNNING:
+            row[T_STARTED] = at
+        row[T_FINISHED] = at if status.terminal else None
+        row[T_RETRY_AT] = _opt_i64(m.retry_at, "retry_at")
+        row[T_OUTPUT_FULL] = output
+        row[T_HAS_OUTPUT_FULL] = bool(m.has_output)
+    else:
+        row[1] = status.value
+        row[2] = _i64(m.attempt, "attempt")
+        row[3] = clean_message(m.message)
+        if status is TaskStatus.RUNNING:
+            row[4] = at
+        row[5] = at if status.terminal else None
+        row[6] = _opt_i64(m.retry_at, "retry_at")
+        row[7] = output
+        row[8] = bool(m.has_output)
+
+
+def _recurring_row(m: PutRecurring, codec: Codec) -> tuple[Any, ...]:
+    spec = m.spec
+    d: dict[str, Any] = {
+        "overlap": spec.overlap.value,
+        "tolerance": _i64(spec.tolerance, "recurring tolerance"),
+        "on_miss": spec.on_miss.value,
+        "template": _template_to_dict(spec.template),
+    }
+    if spec.tz is not None:
+        d["tz"] = check_text(spec.tz, "time zone")
+    if spec.deadline_after is not None:
+        d["deadline_after"] = _i64(spec.deadline_after, "deadline_after")
+    return (
+        check_text(spec.name, "recurring name"),
+        check_text(spec.cron, "cron expression"),
+        _dumps(d),
+        codec.encode(spec.template.payload),
+        _opt_i64(m.next_at, "next_at"),
+        None if m.last_task_id is None else to_db_id(m.last_task_id),
+    )
+
+
+def fold(mutations: Sequence[Mutation], codec: Codec) -> Batch:
+    """Validate and encode a step. Raises ValueError/TypeError before anything is written."""
+    tasks: dict[int, list[Any]] = {}
+    statuses: dict[int, list[Any]] = {}
+    recurring: dict[str, tuple[Any, ...] | None] = {}
+    max_id: int | None = None
+    for m in mutations:
+        if isinstance(m, SetStatus):
+            db_id = to_db_id(m.id)
+            row = tasks.get(db_id)
+            if row is not None:
+                _apply_status(row, m, codec, full_row=True)
+            else:
+                upd = statuses.get(db_id)
+                if upd is None:
+                    upd = statuses[db_id] = [db_id, None, 0, None, None, None, None, None, False]
+                _apply_status(upd, m, codec, full_row=False)
+        elif isinstance(m, PutTask):
+            row = _task_row(m.task, codec)
+            db_id = row[T_ID]
+            tasks[db_id] = row
+            statuses.pop(db_id, None)
+            if max_id is None or m.task.id > max_id:
+                max_id = m.task.id
+        elif isinstance(m, PutRecurring):
+            put = _recurring_row(m, codec)
+            recurring.pop(put[0], None)  # keep the order of the last write
+            recurring[put[0]] = put
+        elif isinstance(m, DeleteRecurring):
+            name = check_text(m.name, "recurring name")
+            recurring.pop(name, None)
+            recurring[name] = None
+        else:
+            raise TypeError(f"not a mutation: {m!r}")
+    batch = Batch(
+        tasks=list(tasks.values()),
+        statuses=list(statuses.values()),
+        max_id=None if max_id is None else to_db_id(max_id),
+    )
+    for name, rec in recurring.items():
+        if rec is None:
+            batch.deleted.append(name)
+        else:
+            batch.recurring.append(rec)
+    return batch
+
+
+# ---------------------------------------------------------------------------------------------
+# Decoding for recovery
+
+
+def decode_task(row: Sequence[Any], codec: Codec) -> RecoveredTask:
+    """A read row (READ_COLUMNS order) as a RecoveredTask; raises Corrupt."""
+    task_id = from_db_id(_want_int(row[T_ID], "id"))
+    pool = _want_str(row[T_POOL], "pool")
+    d = _load_json(row[T_SPEC], "spec")
+    submitted_status = _enum(TaskStatus, d.pop("status", None), "submitted status")
+    spec = TaskSpec(
+        payload=_decode_payload(codec, row[T_PAYLOAD], "payload"),
+        pool=pool,
+        kind=_want_str(row[T_KIND], "kind"),
+        priority=_enum(Priority, row[T_PRIORITY], "priority"),
+        key=_want_opt_str(row[T_KEY], "key"),
+        tenant=_want_opt_str(row[T_TENANT], "tenant"),
+    )
+    _spec_from_fields(d, spec)
+    record = TaskRecord(
+        id=task_id,
+        pool=pool,
+        spec=spec,
+        submitted_at=_want_int(row[T_SUBMITTED], "submitted_at"),
+        status=submitted_status,
+        max_attempts=_want_int(row[T_MAX_ATTEMPTS], "max_attempts"),
+    )
+    return RecoveredTask(
+        record=record,
+        status=_enum(TaskStatus, row[T_STATUS], "status"),
+        attempt=_want_int(row[T_ATTEMPT], "attempt"),
+        message=_want_opt_str(row[T_MESSAGE], "message"),
+        started_at=_want_opt_int(row[T_STARTED], "started_at"),
+        finished_at=_want_opt_int(row[T_FINISHED], "finished_at"),
+        retry_at=_want_opt_int(row[T_RETRY_AT], "retry_at"),
+        has_output=bool(row[T_HAS_OUTPUT_READ]),
+    )
+
+
+def quarantine_message(reason: str) -> str:
+    return clean_message(f"quarantined: {reason}") or ""
+
+
+def quarantined_task(row: Sequence[Any], reason: str, now: int) -> RecoveredTask:
+    """What recovery reports for a row it could not decode: a Failed task with what was legible."""
+
+    def pick(index: int, kind: type, default: Any) -> Any:
+        value = row[index]
+        return value if type(value) is kind else default
+
+    pool = pick(T_POOL, str, "default")
+    priority = row[T_PRIORITY]
+    spec = TaskSpec(
+        pool=pool,
+        kind=pick(T_KIND, str, "default"),
+        priority=Priority(priority) if priority in (0, 1, 2, 3) else Priority.NORMAL,
+        key=pick(T_KEY, str, None),
+        tenant=pick(T_TENANT, str, None),
+    )
+    submitted = pick(T_SUBMITTED, int, now)
+    record = TaskRecord(
+        id=from_db_id(row[T_ID]),
+        pool=pool,
+        spec=spec,
+        submitted_at=submitted,
+        status=TaskStatus.FAILED,
+        max_attempts=pick(T_MAX_ATTEMPTS, int, 1),
+    )
+    return RecoveredTask(
+        record=record,
+        status=TaskStatus.FAILED,
+        attempt=pick(T_ATTEMPT, int, 0),
+        message=quarantine_message(reason),
+        started_at=pick(T_STARTED, int, None),
+        finished_at=pick(T_FINISHED, int, now),
+        retry_at=None,
+        has_output=False,
+    )
+
+
+def log_bad_recurring(name: object, exc: Exception) -> None:
+    log.error("recurring schedule %r cannot be decoded and is skipped: %s", name, exc)
+
+
+def decode_recurring(row: Sequence[Any], codec: Codec) -> RecoveredRecurring:
+    """A recurring row (RECURRING_COLUMNS order) as a RecoveredRecurring; raises Corrupt."""
+    try:
+        return _decode_recurring(row, codec)
+    except Corrupt:
+        raise
+    except Exception as exc:
+        raise Corrupt(f"{type(exc).__name__}: {exc}") from None
+
+
+def _decode_recurring(row: Sequence[Any], codec: Codec) -> RecoveredRecurring:
+    name = _want_str(row[0], "recurring name")
+    cron = _want_str(row[1], "cron")
+    d = _load_json(row[2], "recurring spec")
+    template = d.get("template")
+    if not isinstance(template, dict):
+        raise Corrupt("recurring template is not an object")
+    spec = RecurringSpec(
+        name=name,
+        cron=cron,
+        template=_template_from_dict(template, _decode_payload(codec, row[3], "template payload")),
+        tz=_want_opt_str(d.get("tz"), "time zone"),
+        overlap=_enum(OverlapPolicy, d.get("overlap"), "overlap policy"),
+        tolerance=_want_int(d.get("tolerance"), "tolerance"),
+        on_miss=_enum(MissPolicy, d.get("on_miss"), "miss policy"),
+        deadline_after=_want_opt_int(d.get("deadline_after"), "deadline_after"),
+    )
+    last = _want_opt_int(row[5], "last_task_id")
+    return RecoveredRecurring(
+        spec=spec,
+        next_at=_want_opt_int(row[4], "next_at"),
+        last_task_id=None if last is None else from_db_id(last),
+    )
+
+
+class Recovery:
+    """Collects decoded rows during ``recover`` and works out which parents are still missing."""
+
+    __slots__ = ("codec", "keys", "now", "quarantined", "tasks")
+
+    def __init__(self, codec: Codec, now: int) -> None:
+        self.codec = codec
+        self.now = now
+        self.tasks: dict[int, RecoveredTask] = {}
+        self.keys: dict[str, int] = {}
+        self.quarantined: list[tuple[int, str]] = []  # (stored id, message)
+
+    def add(self, row: Sequence[Any]) -> None:
+        try:
+            task = decode_task(row, self.codec)
+        except Exception as exc:  # whatever a damaged row throws, recovery goes on
+            reason = str(exc) if isinstance(exc, Corrupt) else f"{type(exc).__name__}: {exc}"
+            task = quarantined_task(row, reason, self.now)
+            self.quarantined.append((row[T_ID], task.message or ""))
+        self.tasks[task.record.id] = task
+        key = task.record.spec.key
+        if key is not None and self.keys.get(key, -1) < task.record.id:
+            self.keys[key] = task.record.id
+
+    def missing_parents(self) -> tuple[list[int], list[str]]:
+        """Ids (as stored) and keys that live tasks depend on but that were not loaded."""
+        ids: set[int] = set()
+        keys: set[str] = set()
+        for task in self.tasks.values():
+            if task.status.terminal:
+                continue
+            for dep in task.record.spec.deps:
+                target = dep.target
+                if isinstance(target, str):
+                    if target not in self.keys:
+                        keys.add(target)
+                elif target not in self.tasks and 0 <= target < _U64:
+                    ids.add(to_db_id(target))
+        return sorted(ids), sorted(keys)
+
+    def add_parents(self, rows: Sequence[Sequence[Any]], ids: Sequence[int], keys: Sequence[str]) -> None:
+        """Add the terminal parents fetched for ``missing_parents``.
+
+        A parent named by id is added as is; for a key only the newest task with it counts.
+        """
+        wanted_ids = set(ids)
+        wanted_keys = set(keys)
+        newest: dict[str, Sequence[Any]] = {}
+        for row in rows:
+            if row[T_STATUS] not in TERMINAL_VALUES:
+                continue  # a live row was loaded already
+            if row[T_ID] in wanted_ids and from_db_id(row[T_ID]) not in self.tasks:
+                self.add(row)
+            key = row[T_KEY]
+            if key in wanted_keys:
+                prev = newest.get(key)
+                if prev is None or from_db_id(prev[T_ID]) < from_db_id(row[T_ID]):
+                    newest[key] = row
+        for row in newest.values():
+            if from_db_id(row[T_ID]) not in self.tasks:
+                self.add(row)
+
+    def ordered(self) -> list[RecoveredTask]:
+        return [self.tasks[i] for i in sorted(self.tasks)]

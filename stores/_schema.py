@@ -1,0 +1,176 @@
+"""Versioned schema migrations for the SQL stores.
+
+Each dialect keeps an ordered list: entry ``n`` (counting from 1) takes a database from version
+``n - 1`` to ``n``. A future version appends one entry and never edits an old one. Applied
+versions are recorded in ``cronoq_schema_version``; a database whose recorded version is above
+``LATEST`` was written by a newer build and is refused (``SchemaTooNew``).
+
+Version history:
+
+1. tasks, recurring schedules, the leader row (epoch; SQLite also the lease) and the metadata
+   row (id high-water mark).
+2. the shard metadata row, which ties a database to one shard, and the indexes recovery and
+   pruning use (task key, finish time).
+
+In Postgres statements ``{s}`` stands for the quoted schema name.
+"""
+
+from __future__ import annotations
+
+from typing import Final, NamedTuple
+
+
+class Migration(NamedTuple):
+    description: str
+    statements: tuple[str, ...]
+
+
+VERSION_TABLE: Final = "cronoq_schema_version"
+
+SQLITE_VERSION_TABLE_DDL: Final = (
+    "CREATE TABLE IF NOT EXISTS cronoq_schema_version ("
+    " version INTEGER PRIMARY KEY,"
+    " description TEXT NOT NULL,"
+    " applied_at INTEGER NOT NULL)"
+)
+
+SQLITE_MIGRATIONS: Final[tuple[Migration, ...]] = (
+    Migration(
+        "tasks, recurring schedules, leader lease, metadata",
+        (
+            """CREATE TABLE cronoq_leader (
+                id INTEGER PRIMARY KEY CHECK (id = 1),
+                epoch INTEGER NOT NULL,
+                holder TEXT,
+                expires_at INTEGER NOT NULL
+            )""",
+            "INSERT INTO cronoq_leader (id, epoch, holder, expires_at) VALUES (1, 0, NULL, 0)",
+            """CREATE TABLE cronoq_meta (
+                id INTEGER PRIMARY KEY CHECK (id = 1),
+                id_high_water INTEGER
+            )""",
+            "INSERT INTO cronoq_meta (id, id_high_water) VALUES (1, NULL)",
+            """CREATE TABLE cronoq_tasks (
+                id INTEGER PRIMARY KEY,
+                pool TEXT NOT NULL,
+                kind TEXT NOT NULL,
+                priority INTEGER NOT NULL,
+                key TEXT,
+                tenant TEXT,
+                status TEXT NOT NULL,
+                attempt INTEGER NOT NULL,
+                max_attempts INTEGER NOT NULL,
+                message TEXT,
+                submitted_at INTEGER NOT NULL,
+                started_at INTEGER,
+                finished_at INTEGER,
+                retry_at INTEGER,
+                spec TEXT NOT NULL,
+                payload BLOB NOT NULL,
+                output BLOB,
+                has_output INTEGER NOT NULL DEFAULT 0
+            )""",
+            """CREATE TABLE cronoq_recurring (
+                name TEXT PRIMARY KEY,
+                cron TEXT NOT NULL,
+                spec TEXT NOT NULL,
+                payload BLOB NOT NULL,
+                next_at INTEGER,
+                last_task_id INTEGER
+            )""",
+        ),
+    ),
+    Migration(
+        "shard metadata; key and finish-time indexes",
+        (
+            """CREATE TABLE cronoq_shard (
+                id INTEGER PRIMARY KEY CHECK (id = 1),
+                shard TEXT
+            )""",
+            "CREATE INDEX cronoq_tasks_key_idx ON cronoq_tasks (key) WHERE key IS NOT NULL",
+            "CREATE INDEX cronoq_tasks_finished_idx ON cronoq_tasks (finished_at)",
+        ),
+    ),
+)
+
+PG_VERSION_TABLE_DDL: Final = (
+    "CREATE TABLE IF NOT EXISTS {s}.cronoq_schema_version ("
+    " version integer PRIMARY KEY,"
+    " description text NOT NULL,"
+    " applied_at timestamptz NOT NULL DEFAULT now())"
+)
+
+PG_MIGRATIONS: Final[tuple[Migration, ...]] = (
+    Migration(
+        "tasks, recurring schedules, leader epoch, metadata",
+        (
+            """CREATE TABLE {s}.cronoq_leader (
+                id smallint PRIMARY KEY CHECK (id = 1),
+                epoch bigint NOT NULL,
+                holder text,
+                acquired_at timestamptz
+            )""",
+            "INSERT INTO {s}.cronoq_leader (id, epoch) VALUES (1, 0)",
+            """CREATE TABLE {s}.cronoq_meta (
+                id smallint PRIMARY KEY CHECK (id = 1),
+                id_high_water bigint
+            )""",
+            "INSERT INTO {s}.cronoq_meta (id) VALUES (1)",
+            """CREATE TABLE {s}.cronoq_tasks (
+                id bigint PRIMARY KEY,
+                pool text NOT NULL,
+                kind text NOT NULL,
+                priority smallint NOT NULL,
+                key text,
+                tenant text,
+                status text NOT NULL,
+                attempt bigint NOT NULL,
+                max_attempts bigint NOT NULL,
+                message text,
+                submitted_at bigint NOT NULL,
+                started_at bigint,
+                finished_at bigint,
+                retry_at bigint,
+                spec text NOT NULL,
+                payload bytea NOT NULL,
+                output bytea,
+                has_output boolean NOT NULL DEFAULT false
+            )""",
+            """CREATE TABLE {s}.cronoq_recurring (
+                name text PRIMARY KEY,
+                cron text NOT NULL,
+                spec text NOT NULL,
+                payload bytea NOT NULL,
+                next_at bigint,
+                last_task_id bigint
+            )""",
+        ),
+    ),
+    Migration(
+        "shard metadata; key and finish-time indexes",
+        (
+            """CREATE TABLE {s}.cronoq_shard (
+                id smallint PRIMARY KEY CHECK (id = 1),
+                shard text
+            )""",
+            "CREATE INDEX cronoq_tasks_key_idx ON {s}.cronoq_tasks (key) WHERE key IS NOT NULL",
+            "CREATE INDEX cronoq_tasks_finished_idx ON {s}.cronoq_tasks (finished_at)",
+        ),
+    ),
+)
+
+LATEST: Final = len(SQLITE_MIGRATIONS)
+assert len(PG_MIGRATIONS) == LATEST
+
+SHARD_TABLE_VERSION: Final = 2
+"""The first version that has ``cronoq_shard``."""
+
+
+def shard_conflict(recorded: str | None, wanted: str | None) -> str:
+    def show(s: str | None) -> str:
+        return "no shard (unsharded)" if s is None else f"shard {s!r}"
+
+    return (
+        f"this store holds the tasks of {show(recorded)}, but was opened for {show(wanted)}; "
+        "point each shard at its own database schema or file"
+    )

@@ -1,0 +1,588 @@
+"""``PostgresStore``: durable state in one Postgres schema, on asyncpg.
+
+Leadership: a session-level ``pg_try_advisory_lock`` on a dedicated connection (the lock
+session), tried every ``lock_poll``. The key is derived from the schema name, so every instance
+configured with the same schema competes for the same lock, and different schemas are
+independent clusters. On success the epoch in ``cronoq_leader`` is incremented. The leader reads
+the epoch back over its lock session every ``keepalive``; a session that fails, or does not answer
+within ``session_timeout``, means leadership is lost (``lost`` is set). The lock session also asks
+the server for TCP keepalives derived from ``session_timeout``, so the server drops the session
+(and its lock) of a leader that vanished.
+
+Commits: a step travels as ONE SQL statement (one round trip, atomic on its own). Its first
+common table expression locks the leader row ``FOR SHARE`` where the epoch still equals the
+caller's; every write in the statement is guarded by that row's presence, and the statement
+returns whether it was found. A stale epoch therefore writes nothing and raises ``Fenced``; a new
+leader's epoch increment waits for an in-flight commit of the old one, so recovery sees it. Rows
+travel as arrays (``unnest``), one data-modifying expression per kind of row, whatever the
+number of tasks.
+
+Schema: every table lives in ``schema`` (created if missing). Migrations run on open inside one
+transaction holding a transaction-level advisory lock; tables named ``cronoq_*`` in the schema
+must belong to the connecting role.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import re
+import socket
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import asyncpg
+from cronoq.engine.actions import Mutation, Recovered
+from cronoq.engine.types import NS_PER_S
+
+from . import _rows as R
+from . import _schema as S
+from .base import (
+    DEFAULT_CODEC,
+    Codec,
+    Corrupt,
+    Fenced,
+    SchemaTooNew,
+    ShardMismatch,
+    StoreError,
+    Unavailable,
+)
+
+__all__ = ["PostgresStore", "apply_migrations", "lock_key", "quote_schema"]
+
+log = logging.getLogger("cronoq.stores.postgres")
+
+_SCHEMA_NAME = re.compile(r"[A-Za-z0-9_]{1,63}")
+
+_TASK_TYPES = (
+    "bigint", "text", "text", "smallint", "text", "text", "text", "bigint", "bigint", "text",
+    "bigint", "bigint", "bigint", "bigint", "text", "bytea", "bytea", "boolean",
+)  # fmt: skip
+_STATUS_TYPES = ("bigint", "text", "bigint", "text", "bigint", "bigint", "bigint", "bytea", "boolean")
+_RECURRING_TYPES = ("text", "text", "text", "bytea", "bigint", "bigint")
+assert len(_TASK_TYPES) == len(R.TASK_COLUMNS) and len(_STATUS_TYPES) == len(R.STATUS_COLUMNS)
+
+# SQLSTATE classes of failures worth retrying: connection, transaction rollback (serialization,
+# deadlock), insufficient resources, operator intervention (shutdown, cancel).
+_TRANSIENT_CLASSES = ("08", "40", "53", "57")
+
+
+def quote_schema(schema: str) -> str:
+    if not isinstance(schema, str) or not _SCHEMA_NAME.fullmatch(schema):
+        raise ValueError(f"invalid schema name {schema!r}: use 1 to 63 letters, digits or underscores")
+    return f'"{schema}"'
+
+
+def lock_key(schema: str, purpose: str = "leader") -> int:
+    """The advisory lock key (a signed 64-bit integer) of ``purpose`` for ``schema``."""
+    digest = hashlib.sha256(f"cronoq/{purpose}/{schema}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def _map_error(exc: BaseException, doing: str) -> StoreError:
+    text = f"postgres {doing} failed: {type(exc).__name__}: {exc}"
+    if isinstance(exc, OSError | asyncpg.InterfaceError | TimeoutError):
+        return Unavailable(text)
+    if isinstance(exc, asyncpg.PostgresError):
+        state = getattr(exc, "sqlstate", None) or ""
+        if state[:2] in _TRANSIENT_CLASSES or state == "55P03":
+            return Unavailable(text)
+    return StoreError(text)
+
+
+_PG_FAILURES = (OSError, asyncpg.InterfaceError, asyncpg.PostgresError, TimeoutError)
+
+
+async def _keep_session(conn: Any) -> None:
+    """Pool reset hook. The store never changes session state on pooled connections, so the
+    default reset query (an extra round trip after every commit) is skipped; asyncpg still rolls
+    back a transaction left open."""
+
+
+async def _check_owners(conn: Any, schema: str) -> None:
+    rows = await conn.fetch(
+        """SELECT c.relname, pg_get_userbyid(c.relowner) AS owner
+           FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+           WHERE n.nspname = $1 AND c.relname LIKE 'cronoq\\_%'
+             AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S')
+             AND c.relowner <> (SELECT oid FROM pg_roles WHERE rolname = current_user)
+           ORDER BY c.relname""",
+        schema,
+    )
+    if rows:
+        found = ", ".join(f"{r['relname']} (owned by {r['owner']})" for r in rows)
+        raise StoreError(
+            f"schema {schema!r} holds cronoq tables that belong to another role: {found}; "
+            "refusing to use them (connect as their owner or choose another schema)"
+        )
+
+
+async def apply_migrations(conn: Any, schema: str, *, target: int | None = None) -> int:
+    """Create ``schema`` if needed and migrate it to ``target`` (default: latest).
+
+    Runs in one transaction holding a transaction-level advisory lock, so instances starting
+    together migrate one after the other. Returns the version reached.
+    """
+    s = quote_schema(schema)
+    goal = S.LATEST if target is None else target
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", lock_key(schema, "migrate"))
+        if not await conn.fetchval("SELECT 1 FROM pg_namespace WHERE nspname = $1", schema):
+            await conn.execute(f"CREATE SCHEMA {s}")
+        await _check_owners(conn, schema)
+        if await conn.fetchval("SELECT to_regclass($1)", f"{s}.cronoq_schema_version") is None:
+            await conn.execute(S.PG_VERSION_TABLE_DDL.format(s=s))
+        current = await conn.fetchval(f"SELECT coalesce(max(version), 0) FROM {s}.cronoq_schema_version")
+        if current > S.LATEST:
+            raise SchemaTooNew(
+                f"schema {schema!r} is at version {current}, this build knows up to {S.LATEST}; upgrade cronoq"
+            )
+        for version in range(current + 1, goal + 1):
+            migration = S.PG_MIGRATIONS[version - 1]
+            for statement in migration.statements:
+                await conn.execute(statement.format(s=s))
+            await conn.execute(
+                f"INSERT INTO {s}.cronoq_schema_version (version, description) VALUES ($1, $2)",
+                version,
+                migration.description,
+            )
+            log.info("postgres schema %s migrated to version %d (%s)", schema, version, migration.description)
+        return int(max(current, goal))
+
+
+async def _check_shard(conn: Any, schema: str, shard: str | None) -> None:
+    s = quote_schema(schema)
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", lock_key(schema, "migrate"))
+        row = await conn.fetchrow(f"SELECT shard FROM {s}.cronoq_shard WHERE id = 1")
+        if row is None:
+            await conn.execute(f"INSERT INTO {s}.cronoq_shard (id, shard) VALUES (1, $1)", shard)
+        elif row["shard"] != shard:
+            used = await conn.fetchval(
+                f"SELECT (SELECT id_high_water FROM {s}.cronoq_meta WHERE id = 1) IS NOT NULL"
+                f" OR EXISTS (SELECT 1 FROM {s}.cronoq_tasks) OR EXISTS (SELECT 1 FROM {s}.cronoq_recurring)"
+            )
+            if used:
+                raise ShardMismatch(S.shard_conflict(row["shard"], shard))
+            await conn.execute(f"UPDATE {s}.cronoq_shard SET shard = $1 WHERE id = 1", shard)
+
+
+class _CommitSql:
+    """Builds the single statement of a commit; one text per combination of row kinds."""
+
+    def __init__(self, s: str) -> None:
+        self.s = s
+        self._cache: dict[tuple[bool, ...], str] = {}
+
+    def build(self, epoch: int, batch: R.Batch) -> tuple[str, list[Any]]:
+        shape = (
+            bool(batch.tasks),
+            bool(batch.statuses),
+            bool(batch.recurring),
+            bool(batch.deleted),
+            batch.max_id is not None,
+        )
+        args: list[Any] = [epoch]
+        if batch.tasks:
+            args.extend(list(col) for col in zip(*batch.tasks, strict=True))
+        if batch.statuses:
+            args.extend(list(col) for col in zip(*batch.statuses, strict=True))
+        if batch.recurring:
+            args.extend(list(col) for col in zip(*batch.recurring, strict=True))
+        if batch.deleted:
+            args.append(batch.deleted)
+        if batch.max_id is not None:
+            args.append(batch.max_id)
+        sql = self._cache.get(shape)
+        if sql is None:
+            sql = self._cache[shape] = self._text(shape)
+        return sql, args
+
+    def _text(self, shape: tuple[bool, ...]) -> str:
+        s = self.s
+        has_tasks, has_statuses, has_recurring, has_deleted, has_high = shape
+        n = 1  # $1 is the epoch
+        guard = "EXISTS (SELECT 1 FROM fence)"
+
+        def params(types: Sequence[str]) -> str:
+            nonlocal n
+            out = ", ".join(f"${n + 1 + i}::{t}[]" for i, t in enumerate(types))
+            n += len(types)
+            return out
+
+        parts = [f"fence AS (SELECT epoch FROM {s}.cronoq_leader WHERE id = 1 AND epoch = $1 FOR SHARE)"]
+        if has_tasks:
+            sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in R.TASK_COLUMNS if c != "id")
+            parts.append(
+                f"ins AS (INSERT INTO {s}.cronoq_tasks ({', '.join(R.TASK_COLUMNS)})"
+                f" SELECT * FROM unnest({params(_TASK_TYPES)}) WHERE {guard}"
+                f" ON CONFLICT (id) DO UPDATE SET {sets})"
+            )
+        if has_statuses:
+            cols = ", ".join(R.STATUS_COLUMNS)
+            parts.append(
+                f"upd AS (UPDATE {s}.cronoq_tasks t SET status = u.status, attempt = u.attempt,"
+                " message = u.message, started_at = COALESCE(u.started_at, t.started_at),"
+                " finished_at = u.finished_at, retry_at = u.retry_at, output = u.output,"
+                " has_output = u.has_output"
+                f" FROM unnest({params(_STATUS_TYPES)}) AS u({cols})"
+                f" WHERE t.id = u.id AND {guard})"
+            )
+        if has_recurring:
+            sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in R.RECURRING_COLUMNS if c != "name")
+            parts.append(
+                f"rput AS (INSERT INTO {s}.cronoq_recurring ({', '.join(R.RECURRING_COLUMNS)})"
+                f" SELECT * FROM unnest({params(_RECURRING_TYPES)}) WHERE {guard}"
+                f" ON CONFLICT (name) DO UPDATE SET {sets})"
+            )
+        if has_deleted:
+            n += 1
+            parts.append(f"rdel AS (DELETE FROM {s}.cronoq_recurring WHERE name = ANY(${n}::text[]) AND {guard})")
+        if has_high:
+            n += 1
+            parts.append(
+                f"hw AS (UPDATE {s}.cronoq_meta SET id_high_water = ${n}::bigint WHERE id = 1"
+                f" AND (id_high_water IS NULL OR id_high_water < ${n}::bigint) AND {guard})"
+            )
+        return "WITH " + ", ".join(parts) + " SELECT count(*) FROM fence"
+
+
+class PostgresStore:
+    """Durable store in one Postgres schema (see the module docstring).
+
+    Durations are float seconds. ``max_connections`` sizes the pool used for commits and reads
+    (the lock session is one more connection). ``retention`` is the default window of
+    ``recover``.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str = "public",
+        lock_poll: float = 0.5,
+        keepalive: float = 1.0,
+        session_timeout: float = 10.0,
+        commit_timeout: float = 30.0,
+        retention: float = 3600.0,
+        shard: str | None = None,
+        codec: Codec | None = None,
+        max_connections: int = 4,
+    ) -> None:
+        self._s = quote_schema(schema)
+        if lock_poll <= 0 or keepalive <= 0 or session_timeout <= 0 or commit_timeout <= 0:
+            raise ValueError("lock_poll, keepalive, session_timeout and commit_timeout must be positive")
+        if retention < 0:
+            raise ValueError("retention must not be negative")
+        if max_connections < 1:
+            raise ValueError("max_connections must be at least 1")
+        if shard is not None:
+            R.check_text(shard, "shard name")
+        self.dsn = dsn
+        self.schema = schema
+        self.lock_poll = lock_poll
+        self.keepalive = keepalive
+        self.session_timeout = session_timeout
+        self.commit_timeout = commit_timeout
+        self.retention = round(retention * NS_PER_S)
+        self.shard = shard
+        self.codec: Codec = codec if codec is not None else DEFAULT_CODEC
+        self.max_connections = max_connections
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+        self.lost = asyncio.Event()
+
+        self._key = lock_key(schema)
+        self._sql = _CommitSql(self._s)
+        self._pool: Any = None
+        self._lock_conn: Any = None
+        self._open_lock = asyncio.Lock()
+        self._commit_lock = asyncio.Lock()
+        self._closed = False
+        self._epoch: int | None = None
+        self._keeper: asyncio.Task[None] | None = None
+
+    @property
+    def epoch(self) -> int | None:
+        return self._epoch
+
+    @property
+    def lock_session_pid(self) -> int | None:
+        """Server process id of the lock session (for operators and failover tests)."""
+        conn = self._lock_conn
+        if conn is None or conn.is_closed():
+            return None
+        return int(conn.get_server_pid())
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        if self._pool is not None:
+            return
+        if self._closed:
+            raise StoreError("the store is closed")
+        async with self._open_lock:
+            if self._pool is not None:
+                return
+            try:
+                pool = await asyncpg.create_pool(
+                    self.dsn,
+                    min_size=1,
+                    max_size=self.max_connections,
+                    timeout=self.session_timeout,
+                    server_settings={"application_name": "cronoq"},
+                    reset=_keep_session,
+                )
+            except _PG_FAILURES as exc:
+                raise _map_error(exc, "connect") from exc
+            try:
+                async with pool.acquire() as conn:
+                    version = await apply_migrations(conn, self.schema)
+                    if version >= S.SHARD_TABLE_VERSION:
+                        await _check_shard(conn, self.schema, self.shard)
+            except BaseException as exc:
+                await pool.close()
+                if isinstance(exc, _PG_FAILURES):
+                    raise _map_error(exc, "migration") from exc
+                raise
+            self._pool = pool
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await self.release_leadership()
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            try:
+                await asyncio.wait_for(pool.close(), timeout=self.session_timeout)
+            except (TimeoutError, *_PG_FAILURES):
+                pool.terminate()
+
+    async def __aenter__(self) -> PostgresStore:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- leadership ----------------------------------------------------------------------------
+
+    def _lock_settings(self) -> dict[str, str]:
+        timeout = max(self.session_timeout, 1.0)
+        return {
+            "application_name": "cronoq-leader",
+            "tcp_keepalives_idle": str(max(1, round(timeout / 2))),
+            "tcp_keepalives_interval": str(max(1, round(timeout / 6))),
+            "tcp_keepalives_count": "3",
+            "tcp_user_timeout": str(round(timeout * 1000)),
+        }
+
+    async def _lock_session(self) -> Any:
+        conn = self._lock_conn
+        if conn is None or conn.is_closed():
+            conn = self._lock_conn = await asyncpg.connect(
+                self.dsn, timeout=self.session_timeout, server_settings=self._lock_settings()
+            )
+        return conn
+
+    def _drop_lock_session(self) -> None:
+        conn, self._lock_conn = self._lock_conn, None
+        if conn is not None and not conn.is_closed():
+            conn.terminate()  # ends the session, and with it the advisory lock
+
+    async def acquire_leadership(self) -> int:
+        failures = 0
+        while True:
+            try:
+                await self.open()
+                epoch = await self._try_acquire()
+                failures = 0
+            except Unavailable as exc:
+                failures += 1
+                (log.warning if failures % 20 == 1 else log.debug)(
+                    "waiting for postgres leadership of schema %s: %s", self.schema, exc
+                )
+                epoch = None
+            if epoch is not None:
+                return epoch
+            await asyncio.sleep(self.lock_poll)
+
+    async def _try_acquire(self) -> int | None:
+        if self._epoch is not None:
+            raise StoreError("this store already leads; release leadership first")
+        try:
+            conn = await self._lock_session()
+            got = await conn.fetchval("SELECT pg_try_advisory_lock($1)", self._key, timeout=self.session_timeout)
+            if not got:
+                return None
+            epoch = await conn.fetchval(
+                f"UPDATE {self._s}.cronoq_leader SET epoch = epoch + 1, holder = $1, acquired_at = now()"
+                " WHERE id = 1 RETURNING epoch",
+                self.holder,
+                timeout=self.session_timeout,
+            )
+        except _PG_FAILURES as exc:
+            self._drop_lock_session()
+            raise _map_error(exc, "leader election") from exc
+        except BaseException:
+            self._drop_lock_session()
+            raise
+        epoch = int(epoch)
+        self._epoch = epoch
+        self.lost.clear()
+        self._keeper = asyncio.get_running_loop().create_task(
+            self._keepalive_loop(conn, epoch), name=f"cronoq-pg-keepalive-{epoch}"
+        )
+        log.info("postgres leadership of schema %s taken by %s with epoch %d", self.schema, self.holder, epoch)
+        return epoch
+
+    async def _keepalive_loop(self, conn: Any, epoch: int) -> None:
+        query = f"SELECT epoch FROM {self._s}.cronoq_leader WHERE id = 1"
+        last_ok = time.monotonic()
+        while self._epoch == epoch:
+            await asyncio.sleep(self.keepalive)
+            if self._epoch != epoch:
+                return
+            remaining = self.session_timeout - (time.monotonic() - last_ok)
+            try:
+                if remaining <= 0:
+                    raise TimeoutError
+                current = await conn.fetchval(query, timeout=remaining)
+            except TimeoutError:
+                self._lose(epoch, f"the lock session did not answer for {self.session_timeout} s")
+                return
+            except _PG_FAILURES as exc:
+                self._lose(epoch, f"the lock session failed: {type(exc).__name__}: {exc}")
+                return
+            if current != epoch:
+                self._lose(epoch, f"the epoch moved on to {current}")
+                return
+            last_ok = time.monotonic()
+
+    def _lose(self, epoch: int, why: str) -> None:
+        if self._epoch != epoch:
+            return
+        log.warning("postgres leadership of schema %s (epoch %d) lost: %s", self.schema, epoch, why)
+        self._epoch = None
+        self._stop_keeper()
+        self._drop_lock_session()
+        self.lost.set()
+
+    def _stop_keeper(self) -> None:
+        task, self._keeper = self._keeper, None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+
+    async def release_leadership(self) -> None:
+        epoch, self._epoch = self._epoch, None
+        task, self._keeper = self._keeper, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        conn, self._lock_conn = self._lock_conn, None
+        if conn is not None and not conn.is_closed():
+            try:
+                await asyncio.wait_for(conn.close(), timeout=self.session_timeout)
+            except (TimeoutError, *_PG_FAILURES):
+                conn.terminate()
+        if epoch is not None:
+            log.info("postgres leadership of schema %s released (epoch %d)", self.schema, epoch)
+
+    # -- writes --------------------------------------------------------------------------------
+
+    async def commit(self, epoch: int, mutations: Sequence[Mutation]) -> None:
+        await self.open()
+        if self._epoch is None or epoch != self._epoch:
+            raise Fenced(f"epoch {epoch} is not held by this store (current: {self._epoch})")
+        batch = R.fold(mutations, self.codec)
+        sql, args = self._sql.build(epoch, batch)
+        loop = asyncio.get_running_loop()
+        async with self._commit_lock:
+            deadline = loop.time() + self.commit_timeout
+            try:
+                async with self._pool.acquire(timeout=self.commit_timeout) as conn:
+                    found = await conn.fetchval(sql, *args, timeout=max(deadline - loop.time(), 0.001))
+            except TimeoutError:
+                raise Unavailable(f"postgres commit took longer than {self.commit_timeout} s") from None
+            except _PG_FAILURES as exc:
+                raise _map_error(exc, "commit") from exc
+        if not found:
+            self._lose(epoch, "a commit found a newer epoch")
+            raise Fenced(f"epoch {epoch} is stale: another instance leads schema {self.schema!r}")
+
+    async def prune(self, before: int) -> int:
+        await self.open()
+        try:
+            status = await self._pool.execute(
+                f"DELETE FROM {self._s}.cronoq_tasks WHERE finished_at IS NOT NULL AND finished_at < $1",
+                before,
+            )
+        except _PG_FAILURES as exc:
+            raise _map_error(exc, "prune") from exc
+        return int(status.split()[-1])
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    async def recover(self, now: int, retention: int | None = None) -> Recovered:
+        await self.open()
+        cutoff = now - (self.retention if retention is None else retention)
+        s = self._s
+        cols = ", ".join(R.READ_COLUMNS)
+        rec = R.Recovery(self.codec, now)
+        try:
+            async with self._pool.acquire() as conn, conn.transaction(isolation="repeatable_read"):
+                for row in await conn.fetch(
+                    f"SELECT {cols} FROM {s}.cronoq_tasks WHERE finished_at IS NULL OR finished_at >= $1 ORDER BY id",
+                    cutoff,
+                ):
+                    rec.add(row)
+                ids, keys = rec.missing_parents()
+                if ids or keys:
+                    parents = await conn.fetch(
+                        f"SELECT {cols} FROM {s}.cronoq_tasks WHERE id = ANY($1::bigint[]) OR key = ANY($2::text[])",
+                        ids,
+                        keys,
+                    )
+                    rec.add_parents(parents, ids, keys)
+                rec_rows = await conn.fetch(
+                    f"SELECT {', '.join(R.RECURRING_COLUMNS)} FROM {s}.cronoq_recurring ORDER BY name"
+                )
+                high = await conn.fetchval(f"SELECT id_high_water FROM {s}.cronoq_meta WHERE id = 1")
+            if rec.quarantined:
+                for db_id, message in rec.quarantined:
+                    log.error("task %d quarantined: %s", R.from_db_id(db_id), message)
+                await self._pool.execute(
+                    f"UPDATE {s}.cronoq_tasks t SET status = 'failed', message = q.message,"
+                    " retry_at = NULL, finished_at = COALESCE(t.finished_at, $3)"
+                    " FROM unnest($1::bigint[], $2::text[]) AS q(id, message) WHERE t.id = q.id",
+                    [q[0] for q in rec.quarantined],
+                    [q[1] for q in rec.quarantined],
+                    now,
+                )
+        except _PG_FAILURES as exc:
+            raise _map_error(exc, "recovery") from exc
+        result = Recovered(tasks=rec.ordered())
+        for rrow in rec_rows:
+            try:
+                result.recurring.append(R.decode_recurring(rrow, self.codec))
+            except Corrupt as exc:
+                R.log_bad_recurring(rrow[0], exc)
+        high_id = R.from_db_id(high) if high is not None else 0
+        result.id_high_water = max([high_id, *(t.record.id for t in result.tasks)])
+        return result
+
+    async def load_output(self, task_id: int) -> tuple[bool, object]:
+        await self.open()
+        try:
+            row = await self._pool.fetchrow(
+                f"SELECT has_output, output FROM {self._s}.cronoq_tasks WHERE id = $1", R.to_db_id(task_id)
+            )
+        except _PG_FAILURES as exc:
+            raise _map_error(exc, "output lookup") from exc
+        if row is None or not row[0]:
+            return False, None
+        return True, R.decode_output(self.codec, row[1])
