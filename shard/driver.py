@@ -40,6 +40,10 @@ T = TypeVar("T")
 Command = Callable[[Core, int], Any]
 
 
+# Run the next step while the previous commit is in flight only when this much work is queued.
+PIPELINE_MIN_COMMANDS = 64
+
+
 class NotLeader(Exception):
     """This driver does not (or no longer) lead its shard: retry at the leader."""
 
@@ -218,14 +222,24 @@ class Driver:
     # The step loop
 
     async def _run(self) -> None:
+        """Step the engine. The commit of one step overlaps the engine work of the next: what a
+        step produced is released (acks, dispatches, events) only once its own commit and every
+        earlier one are durable, and commits happen strictly in step order."""
         assert self.core is not None and self._wake is not None
         core = self.core
         wake = self._wake
         clock = self._clock
         store = self._store
         lost = store.lost if store is not None else None
+        inflight: _Step | None = None
         try:
             while True:
+                if inflight is not None and len(self._queue) < PIPELINE_MIN_COMMANDS:
+                    # Little to do meanwhile: let commands accumulate while the commit finishes,
+                    # so the next step (and its commit) carries more.
+                    await self._release(inflight)
+                    inflight = None
+                    continue
                 if not self._queue:
                     wake.clear()
                     due = core.next_wakeup()
@@ -237,10 +251,22 @@ class Driver:
                             with contextlib.suppress(TimeoutError):
                                 await asyncio.wait_for(wake.wait(), delay)
                 if lost is not None and lost.is_set():
+                    if inflight is not None:
+                        inflight.fail(NotLeader("not the leader (leadership lost)"))
                     await self._step_down("leadership lost")
                     return
-                await self._step(core, clock())
+                step = self._step(core, clock())
+                if inflight is not None:
+                    await self._release(inflight)
+                    inflight = None
+                if step.mutations:
+                    step.commit = asyncio.get_running_loop().create_task(self._commit(step.mutations))
+                    inflight = step
+                else:
+                    self._deliver(step)
         except asyncio.CancelledError:
+            if inflight is not None and inflight.commit is not None:
+                inflight.commit.cancel()
             raise
         except _Fatal as fatal:
             await self._step_down(str(fatal))
@@ -248,7 +274,8 @@ class Driver:
             log.exception("engine step failed; stepping down")
             await self._step_down("internal error")
 
-    async def _step(self, core: Core, now: int) -> None:
+    def _step(self, core: Core, now: int) -> _Step:
+        """Apply every queued command, fire timers and dispatch: one engine step."""
         batch = self._queue
         self._queue = []
         done: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
@@ -265,24 +292,32 @@ class Driver:
                 done.append((future, result, None))
         core.tick(now)
         actions = core.drain_actions()
+        mutations: list[Mutation] = []
         if actions and isinstance(actions[0], Persist):
-            try:
-                await self._commit(actions[0].mutations)
-            except _Fatal as fatal:
-                failure = StoreUnavailable(str(fatal)) if fatal.unavailable else NotLeader(str(fatal))
-                for future, _, _ in done:
-                    if not future.done():
-                        future.set_exception(failure)
-                raise
-        for future, result, error in done:
+            mutations = actions[0].mutations
+            del actions[0]
+        return _Step(done, actions, mutations)
+
+    async def _release(self, step: _Step) -> None:
+        """Wait for a step's commit, then deliver what it produced."""
+        assert step.commit is not None
+        try:
+            await step.commit
+        except _Fatal as fatal:
+            step.fail(StoreUnavailable(str(fatal)) if fatal.unavailable else NotLeader(str(fatal)))
+            raise
+        self._deliver(step)
+
+    def _deliver(self, step: _Step) -> None:
+        for future, result, error in step.done:
             if future.done():
                 continue
             if error is not None:
                 future.set_exception(error)
             else:
                 future.set_result(result)
-        if actions:
-            self._route(actions)
+        if step.actions:
+            self._route(step.actions)
 
     async def _commit(self, mutations: list[Mutation]) -> None:
         store = self._store
@@ -360,6 +395,28 @@ class Driver:
             self._stepped_down.set()
         if self.on_step_down is not None:
             self.on_step_down(reason)
+
+
+class _Step:
+    """What one engine step produced, held back until its commit is durable."""
+
+    __slots__ = ("actions", "commit", "done", "mutations")
+
+    def __init__(
+        self,
+        done: list[tuple[asyncio.Future[Any], Any, BaseException | None]],
+        actions: list[Any],
+        mutations: list[Mutation],
+    ) -> None:
+        self.done = done
+        self.actions = actions
+        self.mutations = mutations
+        self.commit: asyncio.Task[None] | None = None
+
+    def fail(self, error: Exception) -> None:
+        for future, _, _ in self.done:
+            if not future.done():
+                future.set_exception(error)
 
 
 class _Fatal(Exception):
