@@ -607,7 +607,9 @@ class Core:
                 self._mutations.append(PutTask(TaskRecord(task.id, pool.name, spec, now, _READY, task.max_attempts)))
             if task.fixed is not None:
                 self._arm_fixed(task, now)
-            self._release(task, now, fresh=True)
+                self._release(task, now, fresh=True)
+            else:
+                self._enqueue_ready(task, now)
             return task
         doomed: tuple[Task, EdgeCond] | None = None
         if deps:
@@ -1004,7 +1006,11 @@ class Core:
 
     def _try_start(self, pool: Pool, task: Task, now: int) -> None:
         """The task won a slot: check labels and resources, then start it or park it."""
-        group = self._find_group(pool, task.labels)
+        groups = pool.groups
+        if len(groups) == 1 and not task.labels:
+            group: Group | None = groups[NO_LABELS]  # the only group, and it has a free slot
+        else:
+            group = self._find_group(pool, task.labels)
         if group is None:
             waiters = pool.label_waiters.get(task.labels)
             if waiters is None:
@@ -1023,11 +1029,9 @@ class Core:
                 task.where = PARKED_RESOURCE
                 self._arm_refill(now)
                 return
-        inversion = False
-        for higher in range(task.cls):
-            if pool.ready[higher]:
-                inversion = True
-                break
+        cls = task.cls
+        ready = pool.ready
+        inversion = cls > 0 and (ready[0] > 0 or (cls > 1 and (ready[1] > 0 or (cls > 2 and ready[2] > 0))))
         self._start(pool, task, group, now, inversion)
 
     def _start(self, pool: Pool, task: Task, group: Group, now: int, inversion: bool) -> None:
@@ -1115,7 +1119,7 @@ class Core:
         task = lease.task
         self._end_lease(lease, now, ran=True)
         bucket = task.pool.window.current(now)
-        if isinstance(outcome, Success):
+        if type(outcome) is Success:
             bucket.succeeded += 1
             self._finish(task, _SUCCEEDED, now, None, outcome.output, True)
         elif isinstance(outcome, Failure):
