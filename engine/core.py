@@ -235,7 +235,7 @@ class Core:
                     SubmitCode.RESERVATION_CONFLICT,
                     f"pool {pool.name!r} has no reservable capacity left for that start time",
                 )
-        self._admit_bounds(pool, spec, now)
+        self._admit_bounds(pool, spec, now, resolved)
         task = self._create(now, pool, spec, resolved, interval)
         return Submitted(task.id, False)
 
@@ -482,7 +482,7 @@ class Core:
             total = True
         return total, own_class
 
-    def _admit_bounds(self, pool: Pool, spec: TaskSpec, now: int) -> None:
+    def _admit_bounds(self, pool: Pool, spec: TaskSpec, now: int, resolved: Sequence[_ResolvedDep] | None) -> None:
         if not pool.bounded and not self._global_bounded:
             return
         cls = int(spec.priority)
@@ -498,7 +498,8 @@ class Core:
             raise AdmissionError(SubmitCode.FULL, f"pool {pool.name!r} is full; retry when space is available")
         if policy is OverflowPolicy.REJECT:
             raise AdmissionError(SubmitCode.OVERLOADED, f"pool {pool.name!r} is overloaded")
-        victim = self._find_victim(pool, cls, policy, own_class)
+        spare = frozenset(parent.id for parent, _, _ in resolved if parent is not None) if resolved else frozenset()
+        victim = self._find_victim(pool, cls, policy, own_class, spare)
         if victim is None:
             raise AdmissionError(SubmitCode.OVERLOADED, f"pool {pool.name!r} is overloaded and nothing can be shed")
         self._finish(victim, _SHED, now, f"shed to admit a {spec.priority.label} task")
@@ -506,24 +507,30 @@ class Core:
     def _class_pending(self, cls: int) -> int:
         return sum(pool.pending_by_class[cls] for pool in self._pool_list)
 
-    def _find_victim(self, pool: Pool, cls: int, policy: OverflowPolicy, own_class: bool) -> Task | None:
+    def _find_victim(
+        self, pool: Pool, cls: int, policy: OverflowPolicy, own_class: bool, spare: frozenset[int]
+    ) -> Task | None:
+        """A pending task whose eviction makes room for a task of class ``cls``, or None.
+
+        ShedLowest evicts the newest pending task of the lowest class strictly below ``cls``;
+        ShedOldest evicts the oldest pending Low task. A bound on the incoming task's own class is
+        only relieved by a victim of that class. ``spare`` are the submission's own parents.
+        """
         index = self._shed_index.get(pool)
         if index is None:
             return None
+        low = CLASSES - 1
         if policy is OverflowPolicy.SHED_LOWEST:
             if own_class:
                 return None  # evicting another class never relieves a bound on this class
-            for victim_cls in range(CLASSES - 1, cls, -1):
-                candidates = index[victim_cls]
-                if candidates:
-                    return candidates[next(reversed(candidates))]
+            for victim_cls in range(low, cls, -1):
+                victim = _first(reversed(index[victim_cls].values()), spare)
+                if victim is not None:
+                    return victim
             return None
-        classes = [cls] if own_class else list(range(CLASSES - 1, cls - 1, -1))
-        for victim_cls in classes:
-            candidates = index[victim_cls]
-            if candidates:
-                return candidates[next(iter(candidates))]
-        return None
+        if own_class and cls != low:
+            return None
+        return _first(iter(index[low].values()), spare)
 
     def _admit_batch_bounds(
         self, specs: Sequence[TaskSpec], pools: Sequence[Pool], duplicate_of: Sequence[int | None], now: int
@@ -635,12 +642,13 @@ class Core:
             if waiters:
                 children = task.children if task.children is not None else []
                 for child, cond in waiters:
-                    if child.status.terminal or child.awaiting is None:
+                    if child.status.terminal:
                         continue
-                    child.awaiting.discard(task.key)
-                    if not child.awaiting:
-                        child.awaiting = None
-                    children.append((child, cond))
+                    if child.awaiting is not None:
+                        child.awaiting.discard(task.key)
+                        if not child.awaiting:
+                            child.awaiting = None
+                    children.append((child, cond))  # every edge counts, also a second one on this key
                     child.unmet += 1
                 task.children = children
         blocked = task.unmet > 0 or task.awaiting is not None
@@ -786,9 +794,14 @@ class Core:
         elif pool.sfq is not None:
             fairness = pool.config.fairness
             assert fairness is not None
-            tags = pool.finish_tags[cls]
-            start = max(pool.virtual_time[cls], tags.get(task.tenant, 0.0))
-            tags[task.tenant] = start + 1.0 / fairness.weight(task.tenant)
+            start = task.sfq_tag
+            if start < 0:
+                # First time in the lane: a start tag after the tenant's previous finish tag.
+                # A retried or woken task keeps the tag it got, so it keeps its place.
+                tags = pool.finish_tags[cls]
+                start = max(pool.virtual_time[cls], tags.get(task.tenant, 0.0))
+                tags[task.tenant] = start + 1.0 / fairness.weight(task.tenant)
+                task.sfq_tag = start
             pool.sfq[cls].push(start, task.seq, task)
             task.where = IN_SFQ
         else:
@@ -919,7 +932,7 @@ class Core:
         ready = pool.ready
         edf_live = pool.edf_live
         ceilings = self._ceilings(edf_live)
-        while pool.capacity > pool.busy:
+        while pool.open_slots() > 0:
             # Fixed-start work that is due goes first: onto its held slot, else the next free slot.
             if pool.due_live:
                 head = due.peek()
@@ -930,7 +943,7 @@ class Core:
                     pool.due_live -= 1
                     self._try_start(pool, head, now)
                     continue
-            if pool.capacity - pool.busy - pool.held <= 0:
+            if pool.open_slots() - pool.held <= 0:
                 return
             best: Task | None = None
             best_lane: int = 0
@@ -2050,6 +2063,13 @@ class Core:
             self._mutations = []
             actions.insert(0, Persist(mutations))
         return actions
+
+
+def _first(tasks: Iterable[Task], spare: frozenset[int]) -> Task | None:
+    for task in tasks:
+        if task.id not in spare:
+            return task
+    return None
 
 
 def _priority_of(cls: int) -> Priority:

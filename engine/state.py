@@ -62,6 +62,7 @@ class Task:
         "retry",
         "retry_at",
         "seq",
+        "sfq_tag",
         "spec",
         "started_at",
         "status",
@@ -108,6 +109,7 @@ class Task:
         self.message: str | None = None
         self.has_output = False
         self.qgen = 0
+        self.sfq_tag = -1.0  # fair-share start tag, kept across retries and wake-ups
         self.where = NOWHERE
         self.woken = False  # re-queued by a resource wake-up: keeps its place if it parks again
         self.recurring: str | None = spec.tags.get("cronoq.recurring") if spec.tags else None
@@ -233,10 +235,18 @@ class Pool:
         """Live entries of the due queue (few: fixed-start work whose time has come)."""
         return self.due.live()
 
+    def open_slots(self) -> int:
+        """Idle slots, group by group: a group over its capacity (shrinking while its attempts
+        finish) does not hide another group's idle slots."""
+        groups = self.groups
+        if len(groups) == 1:
+            return self.capacity - self.busy
+        return sum(g.capacity - g.busy for g in groups.values() if g.capacity > g.busy)
+
     @property
     def free(self) -> int:
         """Slots regular work may take now."""
-        return self.capacity - self.busy - self.held
+        return self.open_slots() - self.held
 
 
 # Row of Pool.counts per non-terminal status, keyed by the enum's value (a str: hashing an enum
