@@ -269,9 +269,14 @@ class Driver:
                 inflight.commit.cancel()
             raise
         except _Fatal as fatal:
+            if inflight is not None:
+                inflight.fail(StoreUnavailable(str(fatal)) if fatal.unavailable else NotLeader(str(fatal)))
             await self._step_down(str(fatal))
-        except Exception:
+        except Exception as error:
+            # The engine moved ahead of what the store holds: the only safe move is to stop.
             log.exception("engine step failed; stepping down")
+            if inflight is not None:
+                inflight.fail(NotLeader(f"not the leader (internal error: {error})"))
             await self._step_down("internal error")
 
     def _step(self, core: Core, now: int) -> _Step:
