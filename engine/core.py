@@ -15,7 +15,7 @@ from collections import OrderedDict, deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
-from . import admission
+from . import admission, invariants, metrics, recovery
 from .actions import (
     Abort,
     Action,
@@ -38,7 +38,7 @@ from .config import CoreConfig, PoolConfig, UnknownDependencyPolicy
 from .cron import CronSchedule, rfc3339_utc
 from .ids import IdAllocator
 from .resources import ResourceTable
-from .snapshot import TOTAL_NAMES, GroupSnapshot, PoolSnapshot, Snapshot
+from .snapshot import TOTAL_NAMES, Snapshot
 from .state import (
     IN_DUE,
     IN_EDF,
@@ -56,6 +56,39 @@ from .state import (
     Pool,
     Schedule,
     Task,
+)
+from .state import (
+    T_AWAIT as _T_AWAIT,
+)
+from .state import (
+    T_HOLD as _T_HOLD,
+)
+from .state import (
+    T_LEASE as _T_LEASE,
+)
+from .state import (
+    T_MISS as _T_MISS,
+)
+from .state import (
+    T_RECUR as _T_RECUR,
+)
+from .state import (
+    T_REFILL as _T_REFILL,
+)
+from .state import (
+    T_RETRY as _T_RETRY,
+)
+from .state import (
+    T_SCALE as _T_SCALE,
+)
+from .state import (
+    T_START as _T_START,
+)
+from .state import (
+    T_TIMEOUT as _T_TIMEOUT,
+)
+from .state import (
+    edge_satisfied as _edge_satisfied,
 )
 from .stats import LogLinearHistogram
 from .types import (
@@ -84,18 +117,6 @@ from .types import (
 )
 from .views import RecurringInfo, Submitted, TaskInfo
 
-# Timer kinds.
-_T_START: Final = 0
-_T_HOLD: Final = 1
-_T_MISS: Final = 2
-_T_RETRY: Final = 3
-_T_TIMEOUT: Final = 4
-_T_LEASE: Final = 5
-_T_AWAIT: Final = 6
-_T_REFILL: Final = 7
-_T_SCALE: Final = 8
-_T_RECUR: Final = 9
-
 _SUCCEEDED: Final = TaskStatus.SUCCEEDED
 _FAILED: Final = TaskStatus.FAILED
 _DEAD: Final = TaskStatus.DEAD_LETTERED
@@ -113,14 +134,6 @@ _SCHEDULED: Final = TaskStatus.SCHEDULED
 _HOLDING_KEY: Final = -1.0
 
 _ResolvedDep = tuple["Task | None", str | None, EdgeCond]
-
-
-def _edge_satisfied(cond: EdgeCond, status: TaskStatus) -> bool:
-    if cond is EdgeCond.ON_SUCCESS:
-        return status is _SUCCEEDED
-    if cond is EdgeCond.ON_FAILURE:
-        return status is _FAILED or status is _DEAD
-    return True
 
 
 class Core:
@@ -1792,264 +1805,26 @@ class Core:
     def snapshot(self, now: int) -> Snapshot:
         pools = []
         for pool in self._pool_list:
-            pools.append(self._pool_snapshot(pool, now))
+            pools.append(metrics.pool_snapshot(self, pool, now))
         return Snapshot(tuple(pools), self.live_tasks, self._running, self._pending, dict(self.totals))
 
-    def _pool_snapshot(self, pool: Pool, now: int) -> PoolSnapshot:
-        window = pool.window
-        agg = window.totals(now, pool.busy, pool.capacity)
-        self._account_workers(pool, now)
-        worker_seconds = pool.worker_ns / NS_PER_S
-        cost_rate = pool.config.autoscale.cost_per_worker_second if pool.config.autoscale else 0.0
-        dispatched = agg.dispatched
-        objectives = agg.objective_total + agg.fixed_total
-        met = agg.objective_met + agg.fixed_hits
-        groups = sorted(pool.groups.values(), key=lambda g: (len(g.key), sorted(g.key)))
-        return PoolSnapshot(
-            name=pool.name,
-            capacity=pool.capacity,
-            busy=pool.busy,
-            held=pool.held,
-            desired=pool.desired,
-            pending=pool.pending,
-            pending_by_class=(
-                pool.pending_by_class[0],
-                pool.pending_by_class[1],
-                pool.pending_by_class[2],
-                pool.pending_by_class[3],
-            ),
-            ready=sum(pool.counts[2]),
-            reservations=len(pool.reservations),
-            window=window.span(now) / NS_PER_S,
-            dispatched=dispatched,
-            succeeded=agg.succeeded,
-            failed=agg.failed,
-            retried=agg.retried,
-            priority_adherence=1.0 - agg.inversions / dispatched if dispatched else 1.0,
-            fixed_start_hit_rate=agg.fixed_hits / agg.fixed_total if agg.fixed_total else 1.0,
-            utilization=agg.busy_ns / agg.capacity_ns if agg.capacity_ns else 0.0,
-            schedule_efficiency=met / objectives if objectives else 1.0,
-            wait_mean=agg.wait.mean() / NS_PER_S,
-            wait_p50=agg.wait.quantile(0.5) / NS_PER_S,
-            wait_p90=agg.wait.quantile(0.9) / NS_PER_S,
-            wait_p99=agg.wait.quantile(0.99) / NS_PER_S,
-            run_p50=agg.run.quantile(0.5) / NS_PER_S,
-            run_p99=agg.run.quantile(0.99) / NS_PER_S,
-            worker_seconds=worker_seconds,
-            cost=worker_seconds * cost_rate,
-            groups=tuple(GroupSnapshot(dict(g.labels), g.capacity, g.busy) for g in groups),
-        )
 
     # ------------------------------------------------------------------------------------------
     # Recovery
 
-    def restore(self, now: int, recovered: Recovered) -> None:
-        """Re-create the state a durable store recovered, applying the recovery rules.
 
-        Tasks keep their ids, submission order and attempt counts; an attempt that was running
-        counts as used; fixed starts that passed apply their miss policy; schedules keep their
-        overlap guard. Must be called on a fresh engine, before any submission.
-        """
-        if self._tasks or self._schedules:
-            raise ConfigError("restore needs a fresh engine")
-        high = recovered.id_high_water
-        live: list[tuple[Task, TaskStatus]] = []
-        terminal: list[Task] = []
-        for item in sorted(recovered.tasks, key=lambda rt: rt.record.id):
-            record = item.record
-            high = max(high, record.id)
-            pool = self._pools.get(record.pool)
-            spec = record.spec
-            retry = spec.retry if spec.retry is not None else (pool or self._default_pool).config.retry
-            task = Task(record.id, pool or self._default_pool, spec, record.submitted_at, retry)
-            task.max_attempts = record.max_attempts
-            task.attempt = item.attempt
-            task.message = item.message
-            task.started_at = item.started_at
-            task.retry_at = item.retry_at
-            if task.fixed is not None and (item.attempt > 0 or item.started_at is not None):
-                task.fixed_done = True
-            self._tasks[task.id] = task
-            if task.key is not None:
-                self._keys[task.key] = task.id
-            if item.status.terminal:
-                task.status = item.status
-                task.finished_at = item.finished_at if item.finished_at is not None else now
-                task.has_output = item.has_output
-                task.spec = None
-                terminal.append(task)
-                continue
-            if pool is None:
-                terminal.append(task)
-                task.status = _FAILED
-                task.finished_at = now
-                task.message = f"pool {record.pool!r} is no longer configured"
-                task.spec = None
-                if self._persist:
-                    self._mutations.append(SetStatus(task.id, _FAILED, task.attempt, now, task.message))
-                continue
-            live.append((task, item.status))
-        self._ids.raise_floor(high)
-        self._lease_ids.raise_floor(recovered.lease_high_water)
-        terminal.sort(key=lambda t: t.finished_at or 0)
-        self._retained.extend(terminal)
-        # Register live tasks as pending, then link their dependencies.
-        doomed: list[tuple[Task, Task]] = []
-        for task, _ in live:
-            pool = task.pool
-            cls = task.cls
-            task.status = _BLOCKED
-            pool.counts[0][cls] += 1
-            pool.pending += 1
-            pool.pending_by_class[cls] += 1
-            self._pending += 1
-            shed = self._shed_index.get(pool)
-            if shed is not None and task.fixed is None:
-                shed[cls][task.id] = task
-            if task.spec is not None and task.spec.deadline is not None:
-                self._set_estimate(task, task.spec)
-        for task, _ in live:
-            assert task.spec is not None
-            for dep in task.spec.deps:
-                parent = self._lookup(dep.target)
-                if parent is None:
-                    # Finished before the retention window (it was accepted), or an awaited key.
-                    if isinstance(dep.target, str) and \
-                            task.pool.config.unknown_dependency is UnknownDependencyPolicy.AWAIT:
-                        if task.awaiting is None:
-                            task.awaiting = set()
-                        task.awaiting.add(dep.target)
-                        self._awaiting.setdefault(dep.target, []).append((task, dep.cond))
-                    continue
-                if parent.status.terminal:
-                    if not _edge_satisfied(dep.cond, parent.status):
-                        doomed.append((task, parent))
-                    continue
-                if parent.children is None:
-                    parent.children = []
-                parent.children.append((task, dep.cond))
-                task.unmet += 1
-        for task, status in live:
-            if task.status.terminal:
-                continue
-            pool = task.pool
-            fixed = task.fixed
-            if fixed is not None and not task.fixed_done:
-                assert task.spec is not None
-                pool.reservations.add(task.id, *self._reservation_interval(pool, task.spec, fixed))
-                self._arm_fixed(task, now)
-            if task.awaiting is not None and pool.config.await_timeout is not None:
-                self._push_timer(now + pool.config.await_timeout, _T_AWAIT, task, 0)
-            if status is _RUNNING:
-                # The attempt that was running when the previous leader died counts as used.
-                message = "attempt interrupted by a leader change"
-                if task.attempt < task.max_attempts:
-                    task.started_at = task.started_at or now
-                    self._fail_attempt(task, now, message, None)
-                else:
-                    self._finish(task, _DEAD, now, message)
-                continue
-            if status is _RETRYING:
-                retry_at = task.retry_at if task.retry_at is not None else now
-                task.retry_at = retry_at
-                self._move(task, _RETRYING)
-                self._push_timer(retry_at, _T_RETRY, task, retry_at)
-                continue
-            if task.unmet == 0 and task.awaiting is None:
-                self._release(task, now, fresh=True)
-        for task, parent in doomed:
-            self._finish(task, _SKIPPED, now, f"dependency {parent.id} ended as {parent.status.value}")
-        for schedule in recovered.recurring:
-            self._restore_schedule(schedule.spec, schedule.next_at, schedule.last_task_id, now)
-
-    def _restore_schedule(self, spec: RecurringSpec, next_at: int | None, last_task_id: int | None,
-                          now: int) -> None:
-        try:
-            cron = CronSchedule.parse(spec.cron, spec.tz)
-        except ConfigError:
-            cron = None
-        schedule = Schedule(spec, cron)  # type: ignore[arg-type]
-        schedule.last_task_id = last_task_id
-        schedule.next_at = next_at
-        last = self._tasks.get(last_task_id) if last_task_id is not None else None
-        if last is not None and last.fixed is not None:
-            schedule.last_start = last.fixed.start
-        self._schedules[spec.name] = schedule
-        try:
-            if cron is None:
-                raise ConfigError("invalid cron expression")
-            pool = self._check_template(spec.template)
-        except ConfigError:
-            schedule.invalid = True
-            self.totals["recurring_invalid"] += 1
-            return
-        if next_at is None:
-            schedule.next_at = cron.next_after(now - 1)
-        elif next_at + spec.tolerance < now:
-            # Missed during downtime: at most one late run, then resume from the present.
-            if spec.on_miss is not MissPolicy.RUN_LATE:
-                self.totals["missed"] += 1
-                schedule.next_at = cron.next_after(now - 1)
-            else:
-                self._create_occurrence(schedule, now)
-                return
-        self._arm_schedule(schedule, pool, now)
 
     # ------------------------------------------------------------------------------------------
     # Invariants (for tests and debugging; O(tasks))
 
+
+    def restore(self, now: int, recovered: Recovered) -> None:
+        """Re-create what a durable store recovered (see ``recovery.restore``); fresh engines only."""
+        recovery.restore(self, now, recovered)
+
     def check_invariants(self) -> None:
-        """Raise AssertionError if the engine's bookkeeping is inconsistent."""
-        pending = 0
-        running = 0
-        per_pool: dict[Pool, list[list[int]]] = {p: [[0] * CLASSES for _ in range(5)] for p in self._pool_list}
-        ready: dict[Pool, list[int]] = {p: [0] * CLASSES for p in self._pool_list}
-        holding: dict[Pool, int] = dict.fromkeys(self._pool_list, 0)
-        busy: dict[Pool, int] = dict.fromkeys(self._pool_list, 0)
-        for task in self._tasks.values():
-            status = task.status
-            if task.key is not None and not status.terminal:
-                assert self._keys.get(task.key) == task.id, f"key of {task} not indexed"
-            if status.terminal:
-                assert task.lease is None and task.where == NOWHERE and not task.holding, f"{task} still queued"
-                continue
-            per_pool[task.pool][STATUS_INDEX[status._value_]][task.cls] += 1
-            if task.holding:
-                holding[task.pool] += 1
-            if status is _RUNNING:
-                running += 1
-                lease = task.lease
-                assert lease is not None and lease.active and self._leases.get(lease.id) is lease, task
-                assert task.attempt >= 1 and task.attempt <= task.max_attempts, task
-                busy[task.pool] += 1
-            else:
-                pending += 1
-                assert task.lease is None, task
-            if task.where in (IN_FIFO, IN_EDF, IN_SFQ):
-                ready[task.pool][task.cls] += 1
-                assert status is _READY, task
-            if status is _BLOCKED:
-                assert task.unmet > 0 or task.awaiting, f"{task} blocked on nothing"
-            else:
-                assert task.unmet == 0 and not task.awaiting, f"{task} has unmet dependencies"
-            if task.children:
-                for child, _ in task.children:
-                    assert child.status is _BLOCKED or child.status.terminal, (
-                        f"child {child} of unfinished {task} is not blocked"
-                    )
-        assert pending == self._pending, (pending, self._pending)
-        assert running == self._running == len(self._leases), (running, self._running, len(self._leases))
-        for pool in self._pool_list:
-            assert per_pool[pool] == pool.counts, (pool.name, per_pool[pool], pool.counts)
-            assert ready[pool] == pool.ready, (pool.name, ready[pool], pool.ready)
-            assert holding[pool] == pool.held >= 0, (pool.name, holding[pool], pool.held)
-            assert busy[pool] == pool.busy, (pool.name, busy[pool], pool.busy)
-            assert pool.pending == sum(pool.pending_by_class) == sum(sum(row) for row in pool.counts[:4])
-            assert pool.capacity == sum(g.capacity for g in pool.groups.values())
-            assert pool.busy == sum(g.busy for g in pool.groups.values())
-        for key, task_id in self._keys.items():
-            assert task_id in self._tasks and self._tasks[task_id].key == key, key
-        self._resources.check_invariants()
+        """Raise AssertionError if the engine's bookkeeping is inconsistent (tests, debugging)."""
+        invariants.check_invariants(self)
 
     # ------------------------------------------------------------------------------------------
     # Actions

@@ -26,6 +26,28 @@ PARKED_RESOURCE: Final = 5
 PARKED_LABELS: Final = 6
 WAITING_HOLD: Final = 7
 
+# Timer kinds of the engine's single timer heap.
+T_START: Final = 0
+T_HOLD: Final = 1
+T_MISS: Final = 2
+T_RETRY: Final = 3
+T_TIMEOUT: Final = 4
+T_LEASE: Final = 5
+T_AWAIT: Final = 6
+T_REFILL: Final = 7
+T_SCALE: Final = 8
+T_RECUR: Final = 9
+
+
+def edge_satisfied(cond: EdgeCond, status: TaskStatus) -> bool:
+    if cond is EdgeCond.ON_SUCCESS:
+        return status is TaskStatus.SUCCEEDED
+    if cond is EdgeCond.ON_FAILURE:
+        return status is TaskStatus.FAILED or status is TaskStatus.DEAD_LETTERED
+    return True
+
+
+
 LabelKey = frozenset[tuple[str, str]]
 NO_LABELS: Final[LabelKey] = frozenset()
 
