@@ -84,6 +84,7 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
+    """Import a public name (or the ``client`` / ``compat`` module) on first access."""
     module = _EXPORTS.get(name)
     if module is not None:
         value = getattr(importlib.import_module(module), name)
@@ -92,3 +93,7 @@ def __getattr__(name: str) -> Any:
     if name in ("client", "compat"):
         return importlib.import_module(f"cronoq.{name}")
     raise AttributeError(f"module 'cronoq' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -15,7 +15,8 @@ from cronoq.engine import config as ec
 from cronoq.engine import types as et
 from cronoq.engine.types import NS_PER_S, Priority
 
-from .errors import SubmitError
+from ._otel import TRACEPARENT, current_traceparent
+from .errors import InvalidTaskOption
 
 __all__ = [
     "AutoscaleConfig",
@@ -36,42 +37,44 @@ DepCondition = Literal["success", "failure", "complete", "on_success", "on_failu
 MAX_SECONDS = 100 * 365 * 86400.0  # client-supplied durations beyond a century are refused
 
 
-def _invalid(message: str) -> SubmitError:
-    return SubmitError("invalid", message)
-
-
 def seconds_to_ns(value: float | int, what: str, *, allow_zero: bool = True) -> int:
+    """Seconds to int nanoseconds; ValueError for negative, NaN, infinite or absurd durations."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"{what} must be a number of seconds, not {type(value).__name__}")
     seconds = float(value)
     if math.isnan(seconds) or math.isinf(seconds) or seconds < 0 or seconds > MAX_SECONDS:
-        raise _invalid(f"{what} must be a finite, non-negative number of seconds")
+        raise ValueError(f"{what} must be a finite, non-negative number of seconds (got {value!r})")
     if not allow_zero and seconds == 0:
-        raise _invalid(f"{what} must be positive")
+        raise ValueError(f"{what} must be positive")
     return round(seconds * NS_PER_S)
 
 
 def time_to_ns(value: TimeLike, what: str) -> int:
+    """An aware datetime or Unix seconds to int nanoseconds since the epoch."""
     if isinstance(value, _dt.datetime):
         if value.tzinfo is None:
-            raise _invalid(f"{what} must be a timezone-aware datetime (or Unix seconds)")
+            raise ValueError(f"{what} must be a timezone-aware datetime (or Unix seconds)")
         return round(value.timestamp() * NS_PER_S)
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"{what} must be a datetime or Unix seconds, not {type(value).__name__}")
     if math.isnan(value) or math.isinf(value):
-        raise _invalid(f"{what} must be finite")
+        raise ValueError(f"{what} must be finite")
     return round(float(value) * NS_PER_S)
 
 
 def parse_priority(value: PriorityLike | None) -> Priority:
-    try:
-        return Priority.parse(value)
-    except ValueError as err:
-        raise _invalid(str(err)) from None
+    """``Priority``, its index 0..3 or its name (any case); ValueError otherwise."""
+    return Priority.parse(value)
 
 
 class RetryPolicy:
-    """How failed attempts are retried: ``max_attempts`` in total, exponential backoff with jitter."""
+    """How failed attempts are retried.
+
+    ``max_attempts`` counts every attempt, the first included. The delay before attempt n (n >= 2)
+    is ``min(initial_backoff * multiplier ** (n - 2), max_backoff)`` seconds; with ``jitter`` a
+    uniformly random fraction of it. An executor's ``Retryable(retry_after=...)`` raises the delay
+    to at least that. Set per pool (``Pool(retry=...)``) and overridable per task.
+    """
 
     __slots__ = ("initial_backoff", "jitter", "max_attempts", "max_backoff", "multiplier")
 
@@ -85,8 +88,10 @@ class RetryPolicy:
     ) -> None:
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
             raise ValueError("max_attempts must be an int of at least 1")
-        if not multiplier >= 1.0:
-            raise ValueError("multiplier must be at least 1")
+        if not multiplier >= 1.0 or math.isinf(multiplier):
+            raise ValueError("multiplier must be a finite number of at least 1")
+        seconds_to_ns(initial_backoff, "initial_backoff")
+        seconds_to_ns(max_backoff, "max_backoff")
         self.max_attempts = max_attempts
         self.initial_backoff = float(initial_backoff)
         self.multiplier = float(multiplier)
@@ -99,6 +104,7 @@ class RetryPolicy:
         return RetryPolicy(max_attempts=1)
 
     def to_engine(self) -> et.RetryPolicy:
+        """The engine's form (int nanoseconds)."""
         return et.RetryPolicy(
             max_attempts=self.max_attempts,
             initial_backoff=seconds_to_ns(self.initial_backoff, "initial_backoff"),
@@ -128,7 +134,15 @@ class RetryPolicy:
 
 
 class AutoscaleConfig:
-    """The queue-pressure autoscaling policy of a pool (durations in seconds)."""
+    """The queue-pressure autoscaling policy of a pool (durations in seconds).
+
+    Every ``interval`` the pool's desired capacity is recomputed from arrival rate, run times and
+    backlog (aiming at ``target_utilization`` and draining the backlog within ``drain_time``),
+    raised where a per-class wait objective in ``slo`` (``{"high": 2.0, ...}``) would be missed,
+    and kept between the pool's ``min`` and ``max``. Scale-downs wait for the
+    ``stabilization_window`` and ``cooldown``; steps are bounded by ``max_step_up_abs`` and
+    ``max_step_down``. ``cost_per_worker_second`` turns capacity into the snapshot's ``cost``.
+    """
 
     __slots__ = (
         "cooldown",
@@ -170,6 +184,7 @@ class AutoscaleConfig:
         self.cost_per_worker_second = float(cost_per_worker_second)
 
     def to_engine(self) -> ec.AutoscaleConfig:
+        """The engine's form (int nanoseconds, one SLO slot per class)."""
         slo: list[int | None] = [None] * et.CLASSES
         for name, seconds in self.slo.items():
             slo[int(Priority[name.upper()])] = seconds_to_ns(seconds, f"slo[{name}]", allow_zero=False)
@@ -191,7 +206,12 @@ class AutoscaleConfig:
 
 
 class Dep:
-    """A dependency on a task (id or key) with a condition: success (default), failure or complete."""
+    """A dependency edge on a task (id or key), for ``deps=``.
+
+    ``on`` is ``"success"`` (the default, like ``after=``), ``"failure"`` or ``"complete"`` (either
+    way); the ``on_``-prefixed spellings are accepted too. A child whose edge can no longer be
+    satisfied ends as skipped.
+    """
 
     __slots__ = ("_cond", "_target")
 
@@ -205,6 +225,7 @@ class Dep:
             raise ValueError(str(err)) from None
 
     def to_engine(self) -> et.Dep:
+        """The engine's form."""
         return et.Dep(self._target, self._cond)
 
     def __repr__(self) -> str:
@@ -212,7 +233,11 @@ class Dep:
 
 
 class Resource:
-    """A shared limit tasks request units of: a semaphore or a token bucket."""
+    """A shared limit that tasks request units of (``resources={"name": n}``), across all pools.
+
+    Build one with ``Resource.semaphore`` or ``Resource.token_bucket`` and pass it to
+    ``Scheduler(resources=[...])``. A task that cannot get its units waits without holding a slot.
+    """
 
     __slots__ = ("_config",)
 
@@ -221,17 +246,21 @@ class Resource:
 
     @staticmethod
     def semaphore(name: str, permits: int) -> Resource:
+        """At most ``permits`` units held at once; units are returned when the attempt ends."""
         return Resource(ec.ResourceConfig.semaphore(name, int(permits)))
 
     @staticmethod
     def token_bucket(name: str, rate: float, burst: int) -> Resource:
+        """``rate`` units per second, up to ``burst`` at once; units are spent, not returned."""
         return Resource(ec.ResourceConfig.token_bucket(name, float(rate), int(burst)))
 
     @property
     def name(self) -> str:
+        """The name tasks use in ``resources=``."""
         return self._config.name
 
     def to_engine(self) -> ec.ResourceConfig:
+        """The engine's form."""
         return self._config
 
     def __repr__(self) -> str:
@@ -245,7 +274,20 @@ Executor = Callable[[Any, Any], Any]
 
 
 class Pool:
-    """A pool of concurrency slots running one executor, autoscaled between ``min`` and ``max``."""
+    """A pool of concurrency slots running one executor, ``executor(ctx, payload)``.
+
+    The executor is an ``async def`` function run on the scheduler's loop, or a plain function
+    run in the loop's default thread pool. By default the pool autoscales between ``min`` and
+    ``max`` slots (starting at ``initial``, else ``min``); ``autoscale=False`` fixes it at
+    ``initial``, else ``max``; an ``AutoscaleConfig`` tunes the policy. ``lease_ttl`` makes
+    attempts heartbeat (``ctx.heartbeat()``). ``max_pending`` bounds waiting tasks, and
+    ``overflow`` says what a submission does at the bound: ``"wait"`` for room, ``"reject"``
+    (``SubmitError("overloaded")``), or shed the lowest-priority or oldest waiting task. ``retry``
+    is the pool's default ``RetryPolicy``. ``unknown_dependency="await"`` lets children wait up to
+    ``await_timeout`` for a key not yet submitted. ``default_duration`` is the run-time estimate
+    before any is learned; ``reservable_fraction`` the share of ``max`` that fixed starts may
+    reserve. ``tenant_weights`` or ``fair_share`` share the pool between tenants by weight.
+    """
 
     def __init__(
         self,
@@ -308,6 +350,7 @@ class Pool:
         )
 
     def to_engine(self) -> ec.PoolConfig:
+        """The engine's form."""
         return self._config
 
     def __repr__(self) -> str:
@@ -315,19 +358,47 @@ class Pool:
 
 
 class Task:
-    """A task for ``Scheduler.submit_batch``: a payload plus any task option as a keyword."""
+    """One task of a ``Scheduler.submit_batch``: a payload plus the options ``submit`` takes."""
 
     __slots__ = ("_options", "key", "payload")
 
-    def __init__(self, payload: Any, **options: Any) -> None:
-        unknown = set(options) - TASK_OPTIONS
-        if unknown:
-            raise TypeError(f"unknown task option(s): {', '.join(sorted(unknown))}")
+    def __init__(
+        self,
+        payload: Any,
+        *,
+        priority: PriorityLike | None = None,
+        pool: str | None = None,
+        kind: str | None = None,
+        key: str | None = None,
+        deadline_in: float | None = None,
+        deadline_at: TimeLike | None = None,
+        start_in: float | None = None,
+        start_at: TimeLike | None = None,
+        tolerance: float | None = None,
+        on_miss: MissPolicyName | None = None,
+        duration_hint: float | None = None,
+        timeout: float | None = None,
+        retry: RetryPolicy | None = None,
+        after: TaskRefLike | Sequence[TaskRefLike] | None = None,
+        deps: Sequence[Dep] | None = None,
+        resources: Mapping[str, int] | None = None,
+        tags: Mapping[str, Any] | None = None,
+        labels: Mapping[str, str] | None = None,
+        tenant: str | None = None,
+    ) -> None:
         self.payload = payload
-        self.key: str | None = options.get("key")
-        self._options = options
+        self.key = key
+        options: dict[str, Any] = {
+            "priority": priority, "pool": pool, "kind": kind, "key": key, "deadline_in": deadline_in,
+            "deadline_at": deadline_at, "start_in": start_in, "start_at": start_at, "tolerance": tolerance,
+            "on_miss": on_miss, "duration_hint": duration_hint, "timeout": timeout, "retry": retry,
+            "after": after, "deps": deps, "resources": resources, "tags": tags, "labels": labels,
+            "tenant": tenant,
+        }
+        self._options: dict[str, Any] = {name: value for name, value in options.items() if value is not None}
 
     def to_spec(self, now: int) -> et.TaskSpec:
+        """The engine spec of this task, with relative times counted from ``now`` (ns)."""
         return build_spec(self.payload, now, **self._options)
 
     def __repr__(self) -> str:
@@ -407,12 +478,58 @@ def build_spec(
     tags: Mapping[str, Any] | None = None,
     labels: Mapping[str, str] | None = None,
     tenant: str | None = None,
+    trace: bool = True,
 ) -> et.TaskSpec:
-    """Turn the keyword options of submit/enqueue/Task into an engine TaskSpec."""
+    """Turn the keyword options of submit/enqueue/Task into an engine TaskSpec.
+
+    Bad values raise ``InvalidTaskOption`` (a ``ValueError`` and a ``SubmitError`` with code
+    ``invalid``); values of the wrong type raise ``TypeError``. With ``trace`` (the default), the
+    W3C ``traceparent`` of the caller's active OpenTelemetry span becomes a tag, unless the
+    caller set that tag.
+    """
+    try:
+        spec = _build_spec(
+            payload, now, priority, pool, kind, key, deadline_in, deadline_at, start_in, start_at, tolerance,
+            on_miss, duration_hint, timeout, retry, after, deps, resources, tags, labels, tenant,
+        )
+    except InvalidTaskOption:
+        raise
+    except ValueError as err:
+        raise InvalidTaskOption(str(err)) from None
+    if trace and TRACEPARENT not in spec.tags:
+        traceparent = current_traceparent()
+        if traceparent is not None:
+            spec.tags = {**spec.tags, TRACEPARENT: traceparent}
+    return spec
+
+
+def _build_spec(
+    payload: Any,
+    now: int,
+    priority: PriorityLike | None,
+    pool: str | None,
+    kind: str | None,
+    key: str | None,
+    deadline_in: float | None,
+    deadline_at: TimeLike | None,
+    start_in: float | None,
+    start_at: TimeLike | None,
+    tolerance: float | None,
+    on_miss: MissPolicyName | None,
+    duration_hint: float | None,
+    timeout: float | None,
+    retry: RetryPolicy | None,
+    after: TaskRefLike | Sequence[TaskRefLike] | None,
+    deps: Sequence[Dep] | None,
+    resources: Mapping[str, int] | None,
+    tags: Mapping[str, Any] | None,
+    labels: Mapping[str, str] | None,
+    tenant: str | None,
+) -> et.TaskSpec:
     if deadline_in is not None and deadline_at is not None:
-        raise _invalid("set deadline_in or deadline_at, not both")
+        raise ValueError("set deadline_in or deadline_at, not both")
     if start_in is not None and start_at is not None:
-        raise _invalid("set start_in or start_at, not both")
+        raise ValueError("set start_in or start_at, not both")
     deadline = None
     if deadline_in is not None:
         deadline = now + seconds_to_ns(deadline_in, "deadline_in")
@@ -428,23 +545,27 @@ def build_spec(
         try:
             miss = et.MissPolicy(on_miss or "run_late")
         except ValueError:
-            raise _invalid(f"invalid on_miss {on_miss!r}: expected run_late, skip or fail") from None
+            raise ValueError(f"invalid on_miss {on_miss!r}: expected run_late, skip or fail") from None
         fixed = et.FixedStart(
             start,
             seconds_to_ns(tolerance, "tolerance") if tolerance is not None else NS_PER_S,
             miss,
         )
     elif tolerance is not None or on_miss is not None:
-        raise _invalid("tolerance and on_miss apply only to tasks with start_in or start_at")
+        raise ValueError("tolerance and on_miss apply only to tasks with start_in or start_at")
     edges: list[et.Dep] = [et.Dep(ref, et.EdgeCond.ON_SUCCESS) for ref in _refs(after)]
     for dep in deps or ():
         if not isinstance(dep, Dep):
             raise TypeError("deps= takes cronoq.Dep objects")
         edges.append(dep.to_engine())
+    if pool is not None and not isinstance(pool, str):
+        raise TypeError("pool must be a string")
     if kind is not None and not isinstance(kind, str):
         raise TypeError("kind must be a string")
     if key is not None and not isinstance(key, str):
         raise TypeError("key must be a string")
+    if tenant is not None and not isinstance(tenant, str):
+        raise TypeError("tenant must be a string")
     if retry is not None and not isinstance(retry, RetryPolicy):
         raise TypeError("retry= takes a cronoq.RetryPolicy")
     amounts: dict[str, int] = {}

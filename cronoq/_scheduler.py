@@ -1,4 +1,9 @@
-"""The embedded scheduler: the engine and its driver on the caller's asyncio loop."""
+"""The embedded scheduler: the engine and its driver on the caller's asyncio loop.
+
+Each attempt runs in its own asyncio task (a plain function runs in the loop's default thread
+pool, awaited from such a task). Cancelling a task, a timeout or a lost lease cancels that
+asyncio task. Reports of finished attempts are batched into one driver command per loop turn.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +12,11 @@ import contextlib
 import functools
 import inspect
 import logging
+import sys
+import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -41,25 +48,44 @@ from cronoq.stores.base import Codec, JsonCodec, Store
 
 from . import _otel
 from ._options import (
+    Dep,
+    MissPolicyName,
     Pool,
     PriorityLike,
     Resource,
     RetryPolicy,
     Task,
     TaskRefLike,
+    TimeLike,
     build_spec,
     seconds_to_ns,
 )
-from .errors import CronoqError, EventsLagged, Permanent, Retryable, SchedulerError, SubmitError, TaskFailed
+from .errors import (
+    CronoqError,
+    EventsLagged,
+    InvalidTaskOption,
+    Permanent,
+    Retryable,
+    SchedulerError,
+    SubmitError,
+    TaskFailed,
+)
 
 log = logging.getLogger("cronoq")
 
 OUTPUT_CACHE = 1024
+"""Outputs of recently finished tasks kept in memory for late handles (``handle()``, duplicates)."""
+
+SHUTDOWN_SETTLE = 0.1
+"""After shutdown cancels the attempts still running, how long it lets them unwind."""
+
+_FULL = SubmitCode.FULL.value
 
 
 @dataclass(frozen=True, slots=True)
 class StatusEvent:
-    """A task changed status. ``at`` is Unix seconds."""
+    """A task changed status: ``id``, ``pool``, ``key``, ``status``, ``attempt``, ``at`` (Unix
+    seconds) and ``message`` (the final message of a failed task, else usually None)."""
 
     id: int
     pool: str
@@ -77,7 +103,14 @@ def _public_event(event: EngineEvent | Resolve) -> StatusEvent:
 
 
 class EventStream:
-    """Status events as they happen. A consumer that falls behind loses the oldest events."""
+    """Status events as they happen, from ``Scheduler.events()``.
+
+    An async iterator of ``StatusEvent``, and an async context manager that closes the stream.
+    It buffers up to the scheduler's ``event_capacity`` events; when the consumer falls behind,
+    the oldest are dropped and counted in ``lagged``. With ``on_lag="raise"`` the next iteration
+    raises ``EventsLagged`` instead, and iterating again continues with the buffered events. The
+    stream ends when it is closed or the scheduler shuts down.
+    """
 
     def __init__(self, capacity: int, on_lag: Literal["skip", "raise"], unregister: Callable[[EventStream], None]):
         if on_lag not in ("skip", "raise"):
@@ -93,11 +126,12 @@ class EventStream:
 
     @property
     def lagged(self) -> int:
-        """Events dropped because this stream's buffer was full."""
+        """How many events this stream dropped because its buffer was full."""
         return self._lagged
 
     @property
     def closed(self) -> bool:
+        """Whether the stream ended (closed, or the scheduler shut down)."""
         return self._closed
 
     def _push(self, event: StatusEvent) -> None:
@@ -138,11 +172,13 @@ class EventStream:
                 self._waiter = None
 
     def close(self) -> None:
+        """End the stream; events already buffered can still be read."""
         if not self._closed:
             self._end()
             self._unregister(self)
 
     async def aclose(self) -> None:
+        """``close()``, as a coroutine."""
         self.close()
 
     async def __aenter__(self) -> EventStream:
@@ -153,7 +189,12 @@ class EventStream:
 
 
 class TaskContext:
-    """What an executor knows about the attempt it runs."""
+    """What an executor knows about the attempt it runs; passed as its first argument.
+
+    ``id`` and ``attempt`` (1 for the first) together are a fencing token: attempt numbers never
+    repeat for a task. ``tags`` are the task's tags (strings), ``group`` the labels of the
+    capacity group it runs on, ``timeout`` the per-attempt timeout in seconds.
+    """
 
     __slots__ = (
         "_cancelled",
@@ -173,14 +214,14 @@ class TaskContext:
     def __init__(self, sched: Scheduler, lease: Dispatch) -> None:
         self._sched = sched
         self._lease_id = lease.id
-        self.id = lease.task_id
-        self.attempt = lease.attempt
-        self.kind = lease.kind
-        self.key = lease.key
-        self.pool = lease.pool
+        self.id: int = lease.task_id
+        self.attempt: int = lease.attempt
+        self.kind: str = lease.kind
+        self.key: str | None = lease.key
+        self.pool: str = lease.pool
         self.tags: dict[str, str] = dict(lease.tags)
         self.group: dict[str, str] = dict(lease.group)
-        self.timeout = lease.timeout / NS_PER_S if lease.timeout is not None else None
+        self.timeout: float | None = lease.timeout / NS_PER_S if lease.timeout is not None else None
         self._deadline = lease.deadline
         self._cancelled = False
 
@@ -190,19 +231,31 @@ class TaskContext:
         return self._deadline / NS_PER_S if self._deadline is not None else None
 
     def is_cancelled(self) -> bool:
+        """Whether the engine aborted this attempt (cancellation, timeout, lost lease, shutdown).
+
+        Async executors are cancelled at their next ``await``; plain functions cannot be
+        interrupted and should poll this in long loops.
+        """
         return self._cancelled
 
     def heartbeat(self) -> None:
-        """Keep this attempt's lease alive (pools with a lease_ttl)."""
+        """Keep this attempt's lease alive; needed only in pools with a ``lease_ttl``.
+
+        Safe to call from a plain (sync) executor's thread as well as from the event loop.
+        """
         lease_id = self._lease_id
-        self._sched._post(lambda core, now: core.heartbeat(now, lease_id))
+        self._sched._post_threadsafe(lambda core, now: core.heartbeat(now, lease_id))
 
     def __repr__(self) -> str:
         return f"TaskContext(id={self.id}, attempt={self.attempt}, pool={self.pool!r}, kind={self.kind!r})"
 
 
 class TaskHandle:
-    """A submitted task. Await it for the executor's return value (or TaskFailed)."""
+    """A submitted task. Await it (or ``result()``) for the executor's return value.
+
+    A task that did not succeed raises ``TaskFailed``. Cancelling the coroutine that awaits a
+    handle does not cancel the task; ``cancel()`` does.
+    """
 
     __slots__ = ("_future", "_sched", "duplicate", "id")
 
@@ -216,13 +269,15 @@ class TaskHandle:
         return asyncio.shield(self._future).__await__()
 
     def result(self) -> Awaitable[Any]:
+        """An awaitable of the task's result (the same as awaiting the handle)."""
         return asyncio.shield(self._future)
 
     def done(self) -> bool:
+        """Whether the result is known (awaiting the handle would not wait)."""
         return self._future.done()
 
     def cancel(self) -> None:
-        """Cancel the task (not just this handle)."""
+        """Cancel the task itself, not just this handle (like ``Scheduler.cancel``)."""
         if not self._future.done():
             task_id = self.id
             self._sched._post(lambda core, now: core.cancel(now, task_id))
@@ -231,12 +286,68 @@ class TaskHandle:
         return f"TaskHandle(id={self.id}, duplicate={self.duplicate}, done={self.done()})"
 
 
-def _failed(resolve: Resolve) -> TaskFailed:
-    return TaskFailed(resolve.status.value, resolve.message or resolve.status.value, resolve.id)
+def _fail(future: asyncio.Future[Any], error: BaseException) -> None:
+    """Fail a handle's future without asyncio logging "exception never retrieved" for it:
+    a handle nobody awaits is fine (the failure is also in the status events)."""
+    if not future.done():
+        future.set_exception(error)
+        future.exception()
+
+
+class _Unstored:
+    """An output the codec cannot encode: handed to waiters in memory, stored as a marker."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+_UNSTORED = object()  # what the store codec decodes the marker to
+_UNSTORED_MARK = b"\x00cronoq: output not stored\x00"
+
+
+class _StoreCodec:
+    """The scheduler's codec as seen by its store: outputs that could not be encoded are stored
+    as a marker, which reads back as "output no longer available"."""
+
+    __slots__ = ("inner",)
+
+    def __init__(self, inner: Codec) -> None:
+        self.inner = inner
+
+    def encode(self, obj: Any, /) -> bytes:
+        if type(obj) is _Unstored:
+            return _UNSTORED_MARK
+        return self.inner.encode(obj)
+
+    def decode(self, data: bytes, /) -> Any:
+        if data == _UNSTORED_MARK:
+            return _UNSTORED
+        return self.inner.decode(data)
+
+
+if sys.version_info >= (3, 12):
+
+    def _spawn(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        # Start at once, as a proper task: most executors either finish or await I/O right away.
+        return asyncio.Task(coro, loop=loop, eager_start=True)
+
+else:
+
+    def _spawn(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        return loop.create_task(coro)
 
 
 class Scheduler:
-    """The embedded scheduler. Use ``async with Scheduler(pools) as sched:`` on one event loop."""
+    """The embedded scheduler: pools of executors on the asyncio loop that starts it.
+
+    Use ``async with Scheduler(pools) as sched:`` (or ``await start()`` and ``await
+    shutdown()``). Calls before ``start()`` raise ``RuntimeError``; calls after shutdown, or after
+    the loop closed, raise ``SchedulerError``. With a ``store`` (``SqliteStore``), submissions
+    return once stored, and queued work, schedules and results survive restarts; payloads and
+    results are then encoded with ``codec`` (JSON by default).
+    """
 
     def __init__(
         self,
@@ -272,21 +383,31 @@ class Scheduler:
             self._config.validate()
         except ConfigError as err:
             raise SchedulerError(str(err)) from None
-        self._shutdown_grace = float(shutdown_grace)
-        self._event_capacity = int(event_capacity)
+        self._shutdown_grace = seconds_to_ns(shutdown_grace, "shutdown_grace") / NS_PER_S
+        if isinstance(event_capacity, bool) or not isinstance(event_capacity, int) or event_capacity < 1:
+            raise ValueError("event_capacity must be a positive int")
+        self._event_capacity = event_capacity
+        if codec is not None and not all(callable(getattr(codec, name, None)) for name in ("encode", "decode")):
+            raise TypeError("codec must have encode(obj) -> bytes and decode(bytes) methods")
         self._store = store
         self._codec: Codec = codec if codec is not None else JsonCodec()
         if store is not None and hasattr(store, "codec"):
-            store.codec = self._codec
+            store.codec = _StoreCodec(self._codec)
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
         self._driver: Driver | None = None
         self._handles: dict[int, list[asyncio.Future[Any]]] = {}
         self._outputs: OrderedDict[int, Any] = OrderedDict()
-        self._running: dict[int, tuple[TaskContext, asyncio.Task[Any] | None]] = {}
+        self._running: dict[int, tuple[TaskContext, asyncio.Task[None] | None]] = {}
         self._streams: set[EventStream] = set()
-        self._space: dict[str | None, asyncio.Event] = {}
+        self._space_generation = 0
+        self._space_waiters: list[asyncio.Future[None]] = []
         self._done: list[tuple[int, Outcome]] = []
-        self._stopped = False
+        self._unwinding: list[asyncio.Task[None]] = []  # attempts aborted by shutdown, still unwinding
+        self._closing = False  # no new calls (shutdown in progress or done, or the driver stopped)
+        self._stopped = False  # the driver stopped: nothing runs any more
+        self._shut_down = False  # shutdown() was called
+        self._ready = False  # start() completed: this scheduler leads (its store)
         self._otel = _otel.instruments()
 
     # ------------------------------------------------------------------------------------------
@@ -294,21 +415,30 @@ class Scheduler:
 
     @property
     def started(self) -> bool:
-        return self._driver is not None and not self._stopped
+        """Whether the scheduler is running (started, and neither shut down nor orphaned)."""
+        driver = self._driver
+        loop = self._loop
+        return (driver is not None and driver.leading and not self._closing and loop is not None
+                and not loop.is_closed())
 
     @property
     def pools(self) -> list[str]:
+        """The names of the pools, in the order given."""
         return list(self._pools)
 
     @property
     def default_pool(self) -> str:
+        """Where tasks without ``pool=`` go: the pool named "default", else the first."""
         return "default" if "default" in self._pools else next(iter(self._pools))
 
     async def start(self) -> None:
-        """Start on the running loop. With a store, waits until this process leads it."""
+        """Start on the running loop. With a store, first wait until this process leads it."""
+        if self._closing:
+            raise SchedulerError("the scheduler was shut down or stopped; create a new one")
         if self._driver is not None:
             raise SchedulerError("the scheduler was already started")
         self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
         driver = Driver(self._config, _Sink(self), store=self._store)
         self._driver = driver
         try:
@@ -317,24 +447,33 @@ class Scheduler:
             self._driver = None
             raise
         driver.on_step_down = self._on_step_down
+        self._ready = True
 
     async def shutdown(self, grace: float = 5.0) -> None:
-        """Stop admitting, let running attempts finish for ``grace`` seconds, then cancel the rest."""
-        if self._stopped or self._driver is None:
+        """Stop admitting work, let running attempts finish for up to ``grace`` seconds, then
+        cancel the rest. Queued tasks are not started (with a store they stay queued for the next
+        scheduler); handles of unfinished tasks raise ``TaskFailed(status="shutdown")``."""
+        if self._shut_down:
+            return
+        grace = seconds_to_ns(grace, "grace") / NS_PER_S
+        self._shut_down = True
+        self._closing = True
+        driver = self._driver
+        if driver is None:
             self._stopped = True
             return
-        self._stopped = True
-        driver = self._driver
-        with contextlib.suppress(Exception):
-            await driver.shutdown(grace)
-        self._cancel_all_attempts()
-        self._fail_all_handles()
-        for stream in list(self._streams):
-            stream._end()
-        self._streams.clear()
+        try:
+            if not self._stopped:
+                await driver.shutdown(grace)
+        except Exception as err:  # a store that failed on the way out must not block shutdown
+            log.warning("the scheduler did not stop cleanly: %s", err)
+        finally:
+            await self._stop()
         if self._store is not None:
-            with contextlib.suppress(Exception):
+            try:
                 await self._store.close()
+            except Exception as err:
+                log.warning("closing the store failed: %s", err)
 
     async def __aenter__(self) -> Scheduler:
         await self.start()
@@ -343,38 +482,55 @@ class Scheduler:
     async def __aexit__(self, *args: object) -> None:
         await self.shutdown(self._shutdown_grace)
 
-    def _on_step_down(self, reason: str) -> None:
-        log.warning("scheduler stopped: %s", reason)
+    async def _stop(self) -> None:
+        cancelled = self._stop_now()
+        if cancelled:
+            # Let cancelled executors unwind (an executor that ignores cancellation is left alone).
+            await asyncio.wait(cancelled, timeout=SHUTDOWN_SETTLE)
+
+    def _stop_now(self) -> list[asyncio.Task[None]]:
+        self._closing = True
         self._stopped = True
-        self._cancel_all_attempts()
+        self._done.clear()
+        cancelled = self._cancel_all_attempts() + [task for task in self._unwinding if not task.done()]
+        self._unwinding = []
         self._fail_all_handles()
         for stream in list(self._streams):
             stream._end()
+        self._streams.clear()
+        self._wake_space_waiters()
+        return cancelled
 
-    def _cancel_all_attempts(self) -> None:
+    def _on_step_down(self, reason: str) -> None:
+        log.warning("scheduler stopped: %s", reason)
+        self._stop_now()
+
+    def _cancel_all_attempts(self) -> list[asyncio.Task[None]]:
+        cancelled = []
         for ctx, task in list(self._running.values()):
             ctx._cancelled = True
             if task is not None and not task.done():
                 task.cancel()
+                cancelled.append(task)
         self._running.clear()
+        return cancelled
 
     def _fail_all_handles(self) -> None:
         handles = self._handles
         self._handles = {}
         for task_id, futures in handles.items():
             for future in futures:
-                if not future.done():
-                    future.set_exception(TaskFailed("shutdown", "the scheduler stopped first", task_id))
+                _fail(future, TaskFailed("shutdown", "the scheduler stopped first", task_id))
 
     def _driver_or_raise(self) -> Driver:
         driver = self._driver
-        if driver is None:
+        if self._closing:
+            raise SchedulerError("the scheduler is shut down")
+        if driver is None or not self._ready:
             raise RuntimeError("the scheduler has not been started (await sched.start() or use async with)")
         loop = self._loop
         if loop is None or loop.is_closed():
             raise SchedulerError("the scheduler's event loop is closed")
-        if self._stopped:
-            raise SchedulerError("the scheduler is shut down")
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
@@ -395,9 +551,20 @@ class Scheduler:
             raise SchedulerError(str(err)) from None
 
     def _post(self, command: Callable[[Core, int], Any]) -> None:
+        # Also while shutting down: completions during the grace period must reach the engine.
         driver = self._driver
         if driver is not None and not self._stopped:
             driver.post(command)
+
+    def _post_threadsafe(self, command: Callable[[Core, int], Any]) -> None:
+        """``_post`` from any thread (sync executors run in the default thread pool)."""
+        if threading.get_ident() == self._loop_thread:
+            self._post(command)
+            return
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(self._post, command)
 
     # ------------------------------------------------------------------------------------------
     # Submission
@@ -407,113 +574,194 @@ class Scheduler:
             # Refuse what the store could not hold before anything is stored.
             self._codec.encode(payload)
 
-    async def submit(self, payload: Any, **options: Any) -> TaskHandle:
-        """Submit a task and get a handle to await its result."""
-        self._driver_or_raise()
-        self._check_payload(payload)
-        spec = build_spec(payload, time.time_ns(), **options)
-        future: asyncio.Future[Any] = self._loop.create_future()  # type: ignore[union-attr]
+    async def submit(
+        self,
+        payload: Any,
+        *,
+        priority: PriorityLike | None = None,
+        pool: str | None = None,
+        kind: str | None = None,
+        key: str | None = None,
+        deadline_in: float | None = None,
+        deadline_at: TimeLike | None = None,
+        start_in: float | None = None,
+        start_at: TimeLike | None = None,
+        tolerance: float | None = None,
+        on_miss: MissPolicyName | None = None,
+        duration_hint: float | None = None,
+        timeout: float | None = None,
+        retry: RetryPolicy | None = None,
+        after: TaskRefLike | Sequence[TaskRefLike] | None = None,
+        deps: Sequence[Dep] | None = None,
+        resources: Mapping[str, int] | None = None,
+        tags: Mapping[str, Any] | None = None,
+        labels: Mapping[str, str] | None = None,
+        tenant: str | None = None,
+    ) -> TaskHandle:
+        """Submit a task; returns a handle to await its result once the task is admitted.
 
-        def command(core: Core, now: int) -> tuple[int, bool, TaskStatus | None]:
+        Options: ``priority`` ("critical", "high", "normal" (default), "low", an index or
+        ``Priority``), ``pool`` (default: ``default_pool``), ``kind`` (for metrics and duration
+        learning), ``key`` (idempotent submission; a known key returns that task with
+        ``handle.duplicate``), ``deadline_in``/``deadline_at``, ``start_in``/``start_at`` with
+        ``tolerance`` and ``on_miss`` (fixed starts), ``duration_hint``, ``timeout`` (per attempt),
+        ``retry``, ``after``/``deps`` (dependencies by id or key), ``resources``, ``tags``
+        (strings, passed to the executor), ``labels`` (required capacity-group labels) and
+        ``tenant`` (fair sharing). Durations are seconds; absolute times are aware datetimes or
+        Unix seconds. Bad values raise ``ValueError``; rejections raise ``SubmitError``; with a
+        pool's ``overflow="wait"`` a full pool makes this wait for room instead.
+        """
+        self._driver_or_raise()
+        loop = self._loop
+        self._check_payload(payload)
+        spec = build_spec(
+            payload, time.time_ns(), priority=priority, pool=pool, kind=kind, key=key, deadline_in=deadline_in,
+            deadline_at=deadline_at, start_in=start_in, start_at=start_at, tolerance=tolerance, on_miss=on_miss,
+            duration_hint=duration_hint, timeout=timeout, retry=retry, after=after, deps=deps, resources=resources,
+            tags=tags, labels=labels, tenant=tenant,
+        )
+        assert loop is not None
+        future: asyncio.Future[Any] = loop.create_future()
+
+        def command(core: Core, now: int) -> _Attached:
             submitted = core.submit(now, spec)
             return self._attach(core, submitted.id, submitted.duplicate, future)
 
-        task_id, duplicate, status = await self._admit(spec.pool, command)
-        handle = TaskHandle(self, task_id, duplicate, future)
-        if status is not None:
-            await self._resolve_finished(task_id, status, future)
-        return handle
+        attached: _Attached = await self._admit(command)
+        return await self._handle_for(attached, future)
 
-    async def enqueue(self, payload: Any, **options: Any) -> int:
-        """Submit a task without a handle (cheaper); returns its id."""
+    async def enqueue(
+        self,
+        payload: Any,
+        *,
+        priority: PriorityLike | None = None,
+        pool: str | None = None,
+        kind: str | None = None,
+        key: str | None = None,
+        deadline_in: float | None = None,
+        deadline_at: TimeLike | None = None,
+        start_in: float | None = None,
+        start_at: TimeLike | None = None,
+        tolerance: float | None = None,
+        on_miss: MissPolicyName | None = None,
+        duration_hint: float | None = None,
+        timeout: float | None = None,
+        retry: RetryPolicy | None = None,
+        after: TaskRefLike | Sequence[TaskRefLike] | None = None,
+        deps: Sequence[Dep] | None = None,
+        resources: Mapping[str, int] | None = None,
+        tags: Mapping[str, Any] | None = None,
+        labels: Mapping[str, str] | None = None,
+        tenant: str | None = None,
+    ) -> int:
+        """Submit a task without a handle (cheaper than ``submit``); returns its id."""
         self._driver_or_raise()
         self._check_payload(payload)
-        spec = build_spec(payload, time.time_ns(), **options)
-        result: int = await self._admit(spec.pool, lambda core, now: core.submit(now, spec).id)
+        spec = build_spec(
+            payload, time.time_ns(), priority=priority, pool=pool, kind=kind, key=key, deadline_in=deadline_in,
+            deadline_at=deadline_at, start_in=start_in, start_at=start_at, tolerance=tolerance, on_miss=on_miss,
+            duration_hint=duration_hint, timeout=timeout, retry=retry, after=after, deps=deps, resources=resources,
+            tags=tags, labels=labels, tenant=tenant,
+        )
+        result: int = await self._admit(lambda core, now: core.submit(now, spec).id)
         return result
 
     async def submit_batch(self, tasks: Sequence[Task]) -> list[TaskHandle]:
-        """Admit every task or none; the error names the offending index."""
+        """Admit every task or none; a rejection's message names the offending index.
+
+        Tasks may refer to each other's keys (``after=``, ``deps=``) in any order.
+        """
         self._driver_or_raise()
         now = time.time_ns()
         specs = []
         for index, task in enumerate(tasks):
             if not isinstance(task, Task):
                 raise TypeError(f"task {index}: submit_batch takes cronoq.Task objects")
-            self._check_payload(task.payload)
             try:
+                self._check_payload(task.payload)
                 specs.append(task.to_spec(now))
-            except SubmitError as err:
-                raise SubmitError(err.code, f"task {index}: {err.message}") from None
+            except InvalidTaskOption as err:
+                raise InvalidTaskOption(f"task {index}: {err.message}") from None
+            except TypeError as err:
+                raise TypeError(f"task {index}: {err}") from None
         loop = self._loop
         assert loop is not None
         futures = [loop.create_future() for _ in specs]
 
-        def command(core: Core, now: int) -> list[tuple[int, bool, TaskStatus | None]]:
+        def command(core: Core, now: int) -> list[_Attached]:
             results = core.submit_batch(now, specs)
             return [self._attach(core, r.id, r.duplicate, f) for r, f in zip(results, futures, strict=True)]
 
-        pool = specs[0].pool if specs else None
-        outcomes = await self._admit(pool, command)
-        handles = []
-        for (task_id, duplicate, status), future in zip(outcomes, futures, strict=True):
-            if status is not None:
-                await self._resolve_finished(task_id, status, future)
-            handles.append(TaskHandle(self, task_id, duplicate, future))
-        return handles
+        outcomes: list[_Attached] = await self._admit(command)
+        return [await self._handle_for(attached, future) for attached, future in zip(outcomes, futures, strict=True)]
 
-    async def _admit(self, pool: str | None, command: Callable[[Core, int], Any]) -> Any:
-        """Run a submission; with overflow 'wait', wait for space and try again."""
+    async def _admit(self, command: Callable[[Core, int], Any]) -> Any:
+        """Run a submission; when a pool with overflow 'wait' is full, wait for room and retry."""
         while True:
+            generation = self._space_generation
             try:
                 return await self._call(command)
             except SubmitError as err:
-                if err.code != SubmitCode.FULL.value:
+                if err.code != _FULL:
                     raise
-            event = self._space.setdefault(pool or self.default_pool, asyncio.Event())
-            event.clear()
-            await event.wait()
+            if generation == self._space_generation:  # no room was made since the attempt
+                loop = self._loop
+                assert loop is not None
+                waiter: asyncio.Future[None] = loop.create_future()
+                self._space_waiters.append(waiter)
+                await waiter
 
-    def _attach(self, core: Core, task_id: int, duplicate: bool, future: asyncio.Future[Any]) -> tuple[
-        int, bool, TaskStatus | None
-    ]:
-        """Inside the step: register the handle, or report that the task already finished."""
+    def _wake_space_waiters(self) -> None:
+        self._space_generation += 1
+        waiters = self._space_waiters
+        self._space_waiters = []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def _attach(self, core: Core, task_id: int, duplicate: bool, future: asyncio.Future[Any]) -> _Attached:
+        """Inside the step: register the handle's future, or report how the task already ended."""
         info = core.get(task_id)
         if info is not None and info.status.terminal:
-            return task_id, duplicate, info.status
+            return task_id, duplicate, info.status, info.message
         self._handles.setdefault(task_id, []).append(future)
-        return task_id, duplicate, None
+        return task_id, duplicate, None, None
 
-    async def _resolve_finished(self, task_id: int, status: TaskStatus, future: asyncio.Future[Any]) -> None:
-        if future.done():
-            return
-        if status is not TaskStatus.SUCCEEDED:
-            info = await self._call(lambda core, now: core.get(task_id))
-            message = info.message if info is not None and info.message else status.value
-            future.set_exception(TaskFailed(status.value, message, task_id))
-            return
-        found, output = await self._load_output(task_id)
-        if found:
-            future.set_result(output)
-        else:
-            gone = "the task succeeded but its output is no longer kept"
-            future.set_exception(TaskFailed("succeeded", gone, task_id))
+    async def _handle_for(self, attached: _Attached, future: asyncio.Future[Any]) -> TaskHandle:
+        task_id, duplicate, status, message = attached
+        if status is not None and not future.done():
+            if status is not TaskStatus.SUCCEEDED:
+                _fail(future, TaskFailed(status.value, message or status.value, task_id))
+            else:
+                found, output = await self._load_output(task_id)
+                if found:
+                    future.set_result(output)
+                else:
+                    gone = "the task succeeded but its output is no longer kept"
+                    _fail(future, TaskFailed("succeeded", gone, task_id))
+        return TaskHandle(self, task_id, duplicate, future)
 
     async def _load_output(self, task_id: int) -> tuple[bool, Any]:
         if task_id in self._outputs:
             return True, self._outputs[task_id]
         if self._store is not None:
             try:
-                return await self._store.load_output(task_id)
+                found, output = await self._store.load_output(task_id)
             except Exception as err:  # a corrupt or unreachable row: the result is unavailable
                 log.warning("could not load the output of task %d: %s", task_id, err)
+                return False, None
+            if found and output is not _UNSTORED:
+                return True, output
         return False, None
 
     # ------------------------------------------------------------------------------------------
     # Lookups and control
 
     async def cancel(self, target: TaskRefLike) -> bool:
-        """Cancel a task by id or key; False when it had already finished."""
+        """Cancel a task by id or key. False when it already finished or is unknown.
+
+        A queued task is removed; a running attempt's asyncio task is cancelled.
+        """
         _check_ref(target)
         try:
             result: bool = await self._call(lambda core, now: core.cancel(now, target))
@@ -522,39 +770,43 @@ class Scheduler:
         return result
 
     async def status(self, target: TaskRefLike) -> str | None:
+        """The status of a task by id or key (``"ready"``, ``"succeeded"``, ...), None if unknown."""
         _check_ref(target)
         info = await self._call(lambda core, now: core.get(target))
         return info.status.value if info is not None else None
 
     async def handle(self, target: TaskRefLike) -> TaskHandle | None:
-        """A handle to an existing task (live, or finished within the retention window)."""
+        """A handle to an existing task by id or key: live, finished within the retention window,
+        or (with a store) finished before a restart. None when no such task is known."""
         _check_ref(target)
+        self._driver_or_raise()
         loop = self._loop
         assert loop is not None
         future: asyncio.Future[Any] = loop.create_future()
 
-        def command(core: Core, now: int) -> tuple[int, bool, TaskStatus | None] | None:
+        def command(core: Core, now: int) -> _Attached | None:
             info = core.get(target)
             if info is None:
                 return None
             return self._attach(core, info.id, True, future)
 
-        found = await self._call(command)
-        if found is None:
+        attached: _Attached | None = await self._call(command)
+        if attached is None:
             return None
-        task_id, _, status = found
-        if status is not None:
-            await self._resolve_finished(task_id, status, future)
-        return TaskHandle(self, task_id, True, future)
+        return await self._handle_for(attached, future)
 
     async def snapshot(self) -> Snapshot:
+        """Per-pool capacity, queues and quality signals, plus totals since start."""
         result: Snapshot = await self._call(lambda core, now: core.snapshot(now))
         return result
 
     async def set_capacity(self, pool: str, capacity: int) -> None:
+        """Set a pool's (unlabelled) capacity. An autoscaled pool's autoscaler may change it again."""
         await self._call(lambda core, now: core.set_capacity(now, pool, int(capacity)))
 
     async def set_group_capacity(self, pool: str, labels: Mapping[str, str], capacity: int) -> None:
+        """Set the capacity of a pool's slots that carry ``labels``; tasks submitted with
+        ``labels=`` run only on groups that have them (``ctx.group`` says which)."""
         labels = {str(k): str(v) for k, v in labels.items()}
         await self._call(lambda core, now: core.set_group_capacity(now, pool, labels, int(capacity)))
 
@@ -581,7 +833,12 @@ class Scheduler:
         labels: Mapping[str, str] | None = None,
         tenant: str | None = None,
     ) -> None:
-        """Add (or replace, by name) a cron schedule creating fixed-start occurrences."""
+        """Add, or replace by name, a cron schedule (5 or 6 fields, optional IANA ``tz``).
+
+        Each occurrence is a fixed-start task built from the options, tagged
+        ``cronoq.recurring=<name>``, with key ``<key>@<start>`` when ``key`` is given. An invalid
+        expression, zone or template raises ``SchedulerError``.
+        """
         self._driver_or_raise()
         self._check_payload(payload)
         try:
@@ -590,6 +847,7 @@ class Scheduler:
             template = build_spec(
                 payload, 0, priority=priority, pool=pool, kind=kind, key=key, duration_hint=duration_hint,
                 timeout=timeout, retry=retry, resources=resources, tags=tags, labels=labels, tenant=tenant,
+                trace=False,
             )
             spec = RecurringSpec(
                 name=name,
@@ -603,111 +861,52 @@ class Scheduler:
             )
         except (ValueError, SubmitError) as err:
             raise SchedulerError(str(err)) from None
-        await self._call(lambda core, now: core.add_recurring(now, spec))
+        try:
+            await self._call(lambda core, now: core.add_recurring(now, spec))
+        except SubmitError as err:
+            raise SchedulerError(str(err)) from None
 
     async def remove_recurring(self, name: str) -> bool:
+        """Remove a schedule; False if there was none by that name."""
         result: bool = await self._call(lambda core, now: core.remove_recurring(now, name))
         return result
 
     def events(self, on_lag: Literal["skip", "raise"] = "skip") -> EventStream:
-        """A stream of status events: terminal ones, and every transition with emit_transitions."""
+        """A new stream of status events: terminal ones, and every transition with
+        ``emit_transitions=True``. See ``EventStream``."""
         self._driver_or_raise()
         stream = EventStream(self._event_capacity, on_lag, self._streams.discard)
         self._streams.add(stream)
         return stream
 
     # ------------------------------------------------------------------------------------------
-    # Running attempts (called by the sink inside a driver step)
+    # Running attempts (started by the sink after a driver step)
 
     def _start_attempts(self, leases: Sequence[Dispatch]) -> None:
         loop = self._loop
         assert loop is not None
-        otel = self._otel
+        running = self._running
+        executors = self._executors
         for lease in leases:
-            executor, is_async = self._executors[lease.pool]
+            executor, is_async = executors[lease.pool]
             ctx = TaskContext(self, lease)
-            payload = lease.payload
-            if otel is not None:
-                task: asyncio.Task[Any] | None = loop.create_task(
-                    self._traced(lease, ctx, executor, is_async, payload)
-                )
-                self._running[lease.id] = (ctx, task)
-                continue
-            if is_async:
-                # Run the coroutine eagerly: most executors either finish at once or await I/O.
-                coro = executor(ctx, payload)
-                self._running[lease.id] = (ctx, None)
-                try:
-                    yielded = coro.send(None)
-                except StopIteration as stop:
-                    self._finished(lease.id, stop.value)
-                    continue
-                except BaseException as error:
-                    self._failed(lease.id, error)
-                    continue
-                task = loop.create_task(self._resume(lease.id, coro, yielded))
-            else:
-                task = loop.create_task(self._run_sync(lease.id, executor, ctx, payload))
-            self._running[lease.id] = (ctx, task)
+            running[lease.id] = (ctx, None)
+            task = _spawn(loop, self._attempt(lease, ctx, executor, is_async))
+            if lease.id in running:  # an eager start may already have finished it
+                running[lease.id] = (ctx, task)
 
-    async def _resume(self, lease_id: int, coro: Any, yielded: Any) -> None:
-        """Drive an executor coroutine that suspended during its eager first step."""
-        while True:
-            try:
-                if yielded is None:
-                    await asyncio.sleep(0)  # a bare yield: give the loop one turn
-                else:
-                    # The coroutine already marked this future as awaited; hand the wait to us.
-                    yielded._asyncio_future_blocking = False
-                    await yielded
-            except asyncio.CancelledError as cancel:
-                try:
-                    yielded = coro.throw(cancel)
-                except StopIteration as stop:
-                    self._finished(lease_id, stop.value)
-                    return
-                except BaseException as error:
-                    self._failed(lease_id, error)
-                    return
-                continue
-            except BaseException:  # the awaited future failed: the coroutine sees the exception
-                pass
-            try:
-                yielded = coro.send(None)
-            except StopIteration as stop:
-                self._finished(lease_id, stop.value)
-                return
-            except BaseException as error:
-                self._failed(lease_id, error)
-                return
-
-    async def _run_sync(self, lease_id: int, executor: Callable[..., Any], ctx: TaskContext, payload: Any) -> None:
-        loop = asyncio.get_running_loop()
+    async def _attempt(self, lease: Dispatch, ctx: TaskContext, executor: Callable[..., Any], is_async: bool) -> None:
+        otel = self._otel
         try:
-            result = await loop.run_in_executor(None, functools.partial(executor, ctx, payload))
-            if inspect.isawaitable(result):
-                result = await result
+            if otel is None:
+                result = await _invoke(executor, is_async, ctx, lease.payload)
+            else:
+                with otel.attempt_span(lease):
+                    result = await _invoke(executor, is_async, ctx, lease.payload)
         except BaseException as error:
-            self._failed(lease_id, error)
+            self._failed(lease.id, error)
             return
-        self._finished(lease_id, result)
-
-    async def _traced(self, lease: Dispatch, ctx: TaskContext, executor: Callable[..., Any], is_async: bool,
-                      payload: Any) -> None:
-        with _otel.attempt_span(lease):
-            try:
-                if is_async:
-                    result = await executor(ctx, payload)
-                else:
-                    result = await asyncio.get_running_loop().run_in_executor(
-                        None, functools.partial(executor, ctx, payload)
-                    )
-                    if inspect.isawaitable(result):
-                        result = await result
-            except BaseException as error:
-                self._failed(lease.id, error)
-                return
-            self._finished(lease.id, result)
+        self._finished(lease.id, result)
 
     def _finished(self, lease_id: int, output: Any) -> None:
         entry = self._running.pop(lease_id, None)
@@ -717,23 +916,25 @@ class Scheduler:
             try:
                 self._codec.encode(output)
             except Exception as err:
-                self._report(lease_id, Failure(f"output cannot be stored: {err}", permanent=True))
-                return
+                log.warning("the result of task %d cannot be stored (%s); it is not kept across restarts",
+                            entry[0].id, err)
+                output = _Unstored(output)
         self._report(lease_id, Success(output))
 
     def _failed(self, lease_id: int, error: BaseException) -> None:
         entry = self._running.pop(lease_id, None)
         if entry is None or entry[0]._cancelled:
+            if isinstance(error, KeyboardInterrupt | SystemExit):
+                raise error
             return
         if isinstance(error, Retryable):
-            retry_after = error.retry_after
-            delay = seconds_to_ns(retry_after, "retry_after") if retry_after is not None else None
-            outcome: Outcome = Failure(str(error), False, delay)
+            outcome: Outcome = Failure(str(error), False, _retry_after(error.retry_after))
         elif isinstance(error, Permanent):
             outcome = Failure(str(error) or "permanent failure", True)
         elif isinstance(error, asyncio.CancelledError):
             outcome = CancelledByExecutor("the executor cancelled itself")
-        elif isinstance(error, (KeyboardInterrupt, SystemExit)):
+        elif isinstance(error, KeyboardInterrupt | SystemExit):
+            self._report(lease_id, Failure(f"{type(error).__name__}", False))
             raise error
         else:
             outcome = Failure(f"{type(error).__name__}: {error}", False)
@@ -762,6 +963,8 @@ class Scheduler:
             ctx._cancelled = True
             if task is not None and not task.done():
                 task.cancel()
+                if self._closing:
+                    self._unwinding.append(task)
 
     def _resolve(self, results: Sequence[Resolve]) -> None:
         outputs = self._outputs
@@ -769,20 +972,25 @@ class Scheduler:
         streams = self._streams
         otel = self._otel
         for result in results:
+            output = result.output
+            if type(output) is _Unstored:
+                output = output.value
             if result.has_output:
-                outputs[result.id] = result.output
+                outputs[result.id] = output
                 if len(outputs) > OUTPUT_CACHE:
                     outputs.popitem(last=False)
             if handles:
                 futures = handles.pop(result.id, None)
                 if futures:
+                    succeeded = result.status is TaskStatus.SUCCEEDED
                     for future in futures:
                         if future.done():
                             continue
-                        if result.status is TaskStatus.SUCCEEDED:
-                            future.set_result(result.output)
+                        if succeeded:
+                            future.set_result(output)
                         else:
-                            future.set_exception(_failed(result))
+                            _fail(future, TaskFailed(result.status.value, result.message or result.status.value,
+                                                     result.id))
             if streams:
                 event = _public_event(result)
                 for stream in streams:
@@ -804,14 +1012,31 @@ class Scheduler:
             self._post(functools.partial(_apply_capacity, scale.pool, scale.desired))
 
     def _space_available(self, pools: Sequence[str | None]) -> None:
-        for pool in pools:
-            if pool is None:
-                for waiting in self._space.values():
-                    waiting.set()
-            else:
-                event = self._space.get(pool)
-                if event is not None:
-                    event.set()
+        self._wake_space_waiters()
+
+
+_Attached = tuple[int, bool, TaskStatus | None, str | None]
+"""(task id, duplicate, terminal status or None while live, final message)."""
+
+
+async def _invoke(executor: Callable[..., Any], is_async: bool, ctx: TaskContext, payload: Any) -> Any:
+    if is_async:
+        return await executor(ctx, payload)
+    result = await asyncio.get_running_loop().run_in_executor(None, functools.partial(executor, ctx, payload))
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+def _retry_after(value: object) -> int | None:
+    """The executor's retry_after hint in ns; a hint that is not a sane duration is ignored."""
+    if value is None:
+        return None
+    try:
+        return seconds_to_ns(value, "retry_after")  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        log.warning("ignoring an invalid retry_after hint: %r", value)
+        return None
 
 
 class _Sink:

@@ -32,6 +32,20 @@ class SubmitError(CronoqError):
         return (type(self), (self.code, self.message))
 
 
+class InvalidTaskOption(SubmitError, ValueError):
+    """A task option has a bad value (a negative duration, an unknown priority, ...).
+
+    Both a ``SubmitError`` (code ``invalid``) and a ``ValueError``, so either ``except`` clause
+    catches it. Not exported from ``cronoq``: catch one of its bases.
+    """
+
+    def __init__(self, message: str, code: str = "invalid") -> None:
+        super().__init__(code, message)
+
+    def __reduce__(self) -> tuple[type[SubmitError], tuple[str, str]]:
+        return (type(self), (self.message, self.code))
+
+
 class SchedulerError(CronoqError):
     """The scheduler cannot serve the call: stopped, misconfigured, or its store failed."""
 

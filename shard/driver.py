@@ -114,6 +114,7 @@ class Driver:
         self._wake: asyncio.Event | None = None
         self._loop_task: asyncio.Task[None] | None = None
         self._admitting = True
+        self._stop_requested = False
         self._stepped_down: asyncio.Event | None = None
         self.stop_reason: str | None = None
         self.on_step_down: Callable[[str], None] | None = None
@@ -172,11 +173,13 @@ class Driver:
                 await self._store.release_leadership()
 
     async def _stop_loop(self, reason: str) -> None:
+        """Ask the step loop to finish (its commit in flight is delivered first) and wait for it."""
         self.stop_reason = self.stop_reason or reason
         task = self._loop_task
         self._loop_task = None
+        self._stop_requested = True
+        self._poke()
         if task is not None and task is not asyncio.current_task():
-            task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._fail_queued(NotLeader(f"not the leader ({reason})"))
@@ -234,6 +237,11 @@ class Driver:
         inflight: _Step | None = None
         try:
             while True:
+                if self._stop_requested:
+                    if inflight is not None:
+                        await self._release(inflight)
+                        inflight = None
+                    return
                 if inflight is not None and len(self._queue) < PIPELINE_MIN_COMMANDS:
                     # Little to do meanwhile: let commands accumulate while the commit finishes,
                     # so the next step (and its commit) carries more.
@@ -249,7 +257,10 @@ class Driver:
                         delay = (due - clock()) / NS_PER_S
                         if delay > 0:
                             with contextlib.suppress(TimeoutError):
-                                await asyncio.wait_for(wake.wait(), delay)
+                                async with asyncio.timeout(delay):
+                                    await wake.wait()
+                    if self._stop_requested:
+                        continue
                 if lost is not None and lost.is_set():
                     if inflight is not None:
                         inflight.fail(NotLeader("not the leader (leadership lost)"))

@@ -69,6 +69,7 @@ class _TempCluster:
         self.data = self.root / "data"
         self.log = self.root / "server.log"
         self.port = 0
+        self.dsn = ""
 
     def _run(self, *args: str) -> subprocess.CompletedProcess[str]:
         cmd = [str(self.bindir / args[0]), *args[1:]]
@@ -106,6 +107,20 @@ class _TempCluster:
                 last += self.log.read_text(errors="replace")[-2000:]
         pytest.fail(f"could not start a throwaway Postgres server:\n{last}")
 
+    def pause(self) -> None:
+        """Stop the server but keep its data: an outage the tests can end with ``resume``."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    def resume(self) -> None:
+        options = (
+            f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root} -c fsync=off "
+            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
+        )
+        started = self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60", "-o", options,
+                            "start")  # fmt: skip
+        if started.returncode != 0:
+            pytest.fail(f"could not restart the throwaway Postgres server:\n{started.stdout}{started.stderr}")
+
     def stop(self) -> None:
         try:
             if self.data.exists():
@@ -131,6 +146,20 @@ def postgres_dsn() -> Iterator[str]:
     cluster = _TempCluster(bindir)
     try:
         yield cluster.start()
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def private_postgres() -> Iterator[_TempCluster]:
+    """A Postgres cluster of this test's own, which the test may stop and restart (outage drills)."""
+    bindir = _pg_bindir()
+    if bindir is None:
+        pytest.fail(INSTALL_HINT)
+    cluster = _TempCluster(bindir)
+    try:
+        cluster.dsn = cluster.start()
+        yield cluster
     finally:
         cluster.stop()
 

@@ -34,6 +34,14 @@ async def _final_statuses(kind: str, tmp_path: Path, dsn: str | None, schema: st
     return {item.record.id: item.status for item in recovered.tasks}
 
 
+def _mid_attempt(log: Path, min_done: int) -> bool:
+    """Enough attempts finished, and at least one is running right now."""
+    lines = log_lines(log)
+    done = {(t, a) for e, t, a, _ in lines if e == "done"}
+    started = {(t, a) for e, t, a, _ in lines if e == "start"}
+    return len(done) >= min_done and bool(started - done)
+
+
 def _check_attempts(log: Path) -> list[tuple[str, int, int, int]]:
     lines = log_lines(log)
     starts = Counter((task_id, attempt) for event, task_id, attempt, _ in lines if event == "start")
@@ -72,8 +80,8 @@ def test_leader_killed_standby_recovers_every_acknowledged_task(
         leader.wait_for(lambda lines: sum(line.startswith("ACK") for line in lines) == TASKS)
         # Let some attempts finish and some be mid-flight, then kill the leader outright.
         deadline = time.monotonic() + 20
-        while sum(1 for e in log_lines(log) if e[0] == "done") < 12 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        while not _mid_attempt(log, min_done=12) and time.monotonic() < deadline:
+            time.sleep(0.005)
         leader.kill()
         standby.wait_for(lambda lines: any(line.startswith("LEADER") for line in lines))
         standby.wait_for(lambda lines: "IDLE" in lines, timeout=60)
@@ -145,3 +153,4 @@ async def _terminate_lock_sessions(dsn: str) -> None:
         )
     finally:
         await conn.close()
+

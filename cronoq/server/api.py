@@ -1,0 +1,350 @@
+"""The server's calls, independent of the transport.
+
+Each public coroutine of ``Api`` takes the caller's ``Principal`` and a ``cronoq.v1`` request
+message and returns the response message, or raises ``ApiError`` (and nothing else). The gRPC
+servicers call these directly; the HTTP gateway turns JSON into the same request messages and
+calls the same methods, so authorization, limits and error mapping live in one place.
+
+The ``Api`` object outlives leadership terms: ``service`` is the shard service of the current
+term, ``None`` while this server is a standby (every call then answers UNAVAILABLE).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from functools import wraps
+from typing import Any, ParamSpec, TypeVar
+
+from cronoq.config import Config, Role
+from cronoq.engine import Core, TaskInfo, TaskRef, TaskSpec, TaskStatus
+from cronoq.proto import cronoq_pb2 as pb
+from cronoq.shard.service import ShardService, Subscription
+
+from . import convert
+from .auth import Principal
+from .errors import ApiError, Code, from_exception
+
+__all__ = ["DEFAULT_LIST_LIMIT", "Api"]
+
+DEFAULT_LIST_LIMIT = 100
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _api_errors(method: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+    """Let only ``ApiError`` out of a handler."""
+
+    @wraps(method)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return await method(*args, **kwargs)
+        except ApiError:
+            raise
+        except Exception as exc:
+            raise from_exception(exc) from exc
+
+    return wrapper
+
+
+class Api:
+    def __init__(self, config: Config, *, clock: Callable[[], int] = time.time_ns) -> None:
+        self.config = config
+        self.limits = config.limits
+        self.clock = clock
+        self.service: ShardService | None = None
+        self.pools: tuple[str, ...] = tuple(pool.name for pool in config.local_pools())
+        self._pool_set = frozenset(self.pools)
+        self._all_pools = frozenset(pool.name for pool in config.pools)
+        self.default_pool = self.pools[0] if self.pools else "default"
+
+    # ------------------------------------------------------------------------------- helpers
+
+    def _svc(self) -> ShardService:
+        service = self.service
+        if service is None or not service.leading:
+            raise ApiError.unavailable()
+        return service
+
+    @property
+    def serving(self) -> bool:
+        """True while this server leads its shard and admits work."""
+        service = self.service
+        return service is not None and service.leading
+
+    def wait_limit(self, requested: float | None) -> float:
+        """How long a server-side wait may last: the request's timeout capped at max_wait_s."""
+        cap = self.limits.max_wait_s
+        if requested is None:
+            return cap
+        return min(convert.duration_s(requested, "timeout"), cap)
+
+    def _check_pool(self, principal: Principal, pool: str) -> None:
+        """A pool a request names: in scope, known, and served here."""
+        principal.check_pool(pool, self._all_pools)
+        if pool not in self._pool_set:
+            shard = self.config.shard_of_pool(pool)
+            assert shard is not None
+            raise ApiError(
+                Code.FAILED_PRECONDITION,
+                f"pool {pool!r} is served by shard {shard.name!r} at {shard.endpoint}",
+                (("cronoq-shard", shard.name), ("cronoq-shard-endpoint", shard.endpoint)),
+            )
+
+    def _scope(self, principal: Principal, pools: Sequence[str]) -> list[str] | None:
+        """The pools a listing covers: the named ones (each checked), or every visible one
+        (``None`` when that is every pool)."""
+        if pools:
+            for pool in pools:
+                self._check_pool(principal, pool)
+            return list(dict.fromkeys(pools))
+        if not principal.scoped:
+            return None
+        return principal.visible(self.pools)
+
+    def _spec(self, principal: Principal, message: pb.TaskSpec, now: int) -> TaskSpec:
+        spec = convert.task_spec(message, now, self.limits)
+        self._check_pool(principal, spec.pool or self.default_pool)
+        spec.tenant = principal.tenant_for(spec.tenant)
+        return spec
+
+    async def _visible_info(self, principal: Principal, ref: TaskRef) -> tuple[TaskInfo, bool]:
+        """A task the caller may see; tasks of other pools look like they do not exist."""
+        found = await self._svc().get(ref)
+        if found is None or not principal.sees(found[0].pool):
+            raise ApiError.not_found("task not found")
+        return found
+
+    async def _check_references(self, principal: Principal, specs: Sequence[TaskSpec]) -> None:
+        """For pool-scoped callers, before admission: keys of the new tasks must not be in use
+        in pools outside the scope, and dependencies must not name tasks of such pools."""
+        if not principal.scoped:
+            return
+        refs: list[TaskRef] = []
+        for spec in specs:
+            if spec.key is not None:
+                refs.append(spec.key)
+            refs.extend(dep.target for dep in spec.deps)
+        if not refs:
+            return
+
+        def pools_of(core: Core, now: int) -> list[str | None]:
+            out: list[str | None] = []
+            for ref in refs:
+                info = core.get(ref)
+                out.append(None if info is None else info.pool)
+            return out
+
+        found: list[str | None] = await self._svc().driver.call(pools_of)
+        position = 0
+        for index, spec in enumerate(specs):
+            where = "" if len(specs) == 1 else f"task {index}: "
+            if spec.key is not None:
+                pool = found[position]
+                position += 1
+                if pool is not None and not principal.sees(pool):
+                    raise ApiError(Code.FAILED_PRECONDITION,
+                                   f"{where}key {spec.key!r} is in use outside this credential's pools")  # fmt: skip
+            for dep in spec.deps:
+                pool = found[position]
+                position += 1
+                if pool is not None and not principal.sees(pool):
+                    raise ApiError.not_found(f"{where}unknown dependency {dep.target!r}")
+
+    async def _check_duplicates(self, principal: Principal, ids: Sequence[int]) -> None:
+        """A duplicate key resolves to an existing task: refuse one the caller may not see."""
+        if not principal.scoped:
+            return
+        service = self._svc()
+        for task_id in ids:
+            found = await service.get(task_id)
+            if found is not None and not principal.sees(found[0].pool):
+                raise ApiError(Code.FAILED_PRECONDITION, "the key is in use outside this credential's pools")
+
+    # ------------------------------------------------------------------------------- Tasks
+
+    @_api_errors
+    async def submit(self, principal: Principal, request: pb.SubmitRequest) -> pb.SubmitResponse:
+        principal.require(Role.CLIENT)
+        if request.HasField("wait_timeout_s") and not request.wait:
+            raise ApiError.invalid("wait_timeout_s is only valid with wait")
+        timeout = self.wait_limit(request.wait_timeout_s if request.HasField("wait_timeout_s") else None)
+        service = self._svc()
+        spec = self._spec(principal, request.task, self.clock())
+        await self._check_references(principal, [spec])
+        task_id, duplicate = await service.submit(spec)
+        if duplicate:
+            await self._check_duplicates(principal, [task_id])
+        response = pb.SubmitResponse(id=task_id, duplicate=duplicate)
+        if request.wait:
+            result = await service.wait(task_id, timeout)
+            response.result.CopyFrom(convert.task_result(result))
+        return response
+
+    @_api_errors
+    async def submit_batch(self, principal: Principal, request: pb.SubmitBatchRequest) -> pb.SubmitBatchResponse:
+        principal.require(Role.CLIENT)
+        count = len(request.tasks)
+        if count > self.limits.max_tasks_per_batch:
+            raise ApiError.invalid(f"a batch may hold at most {self.limits.max_tasks_per_batch} tasks, not {count}")
+        if count == 0:
+            return pb.SubmitBatchResponse()
+        service = self._svc()
+        now = self.clock()
+        specs: list[TaskSpec] = []
+        for index, message in enumerate(request.tasks):
+            try:
+                specs.append(self._spec(principal, message, now))
+            except ApiError as err:
+                raise ApiError(err.code, f"task {index}: {err.message}", err.metadata) from None
+        await self._check_references(principal, specs)
+        admitted = await service.submit_batch(specs)
+        duplicates = [task_id for task_id, duplicate in admitted if duplicate]
+        if duplicates:
+            await self._check_duplicates(principal, duplicates)
+        return pb.SubmitBatchResponse(
+            tasks=[pb.SubmitResponse(id=task_id, duplicate=duplicate) for task_id, duplicate in admitted]
+        )
+
+    @_api_errors
+    async def get(self, principal: Principal, request: pb.GetRequest) -> pb.TaskInfo:
+        principal.require(Role.CLIENT)
+        ref = convert.task_ref(request.task)
+        info, available = await self._visible_info(principal, ref)
+        return convert.task_info(info, available)
+
+    @_api_errors
+    async def list_tasks(self, principal: Principal, request: pb.ListTasksRequest) -> pb.ListTasksResponse:
+        principal.require(Role.CLIENT)
+        statuses = convert.list_statuses(request.statuses)
+        pools = self._scope(principal, list(request.pools))
+        service = self._svc()
+        if pools is not None and not pools:
+            return pb.ListTasksResponse()
+        limit = request.limit or DEFAULT_LIST_LIMIT
+        limit = max(1, min(limit, self.limits.max_list))
+        rows, next_after = await service.list_tasks(pools, statuses or None, int(request.after), limit)
+        response = pb.ListTasksResponse(next_after=next_after or 0)
+        for info in rows:
+            response.tasks.append(convert.task_info(info, info.has_output and info.status is TaskStatus.SUCCEEDED))
+        return response
+
+    @_api_errors
+    async def wait(self, principal: Principal, request: pb.WaitRequest) -> pb.TaskResult:
+        principal.require(Role.CLIENT)
+        ref = convert.task_ref(request.task)
+        timeout = self.wait_limit(request.timeout_s if request.HasField("timeout_s") else None)
+        service = self._svc()
+        if principal.scoped:
+            info, _ = await self._visible_info(principal, ref)
+            ref = info.id
+        return convert.task_result(await service.wait(ref, timeout))
+
+    @_api_errors
+    async def cancel(self, principal: Principal, request: pb.CancelRequest) -> pb.CancelResponse:
+        principal.require(Role.CLIENT)
+        ref = convert.task_ref(request.task)
+        service = self._svc()
+        if principal.scoped:
+            info, _ = await self._visible_info(principal, ref)
+            ref = info.id
+        return pb.CancelResponse(cancelled=await service.cancel(ref))
+
+    @_api_errors
+    async def watch(self, principal: Principal, request: pb.WatchRequest) -> AsyncIterator[pb.StatusEvent]:
+        """Subscribe now (errors are raised here), then stream events from the returned iterator.
+
+        The iterator ends by raising ``ApiError``: UNAVAILABLE when this server stops leading or
+        shuts down, DATA_LOSS when the reader fell too far behind."""
+        principal.require(Role.CLIENT)
+        pools = self._scope(principal, list(request.pools))
+        keys = [convert._text(key, "keys") for key in request.keys]
+        service = self._svc()
+        subscription = service.watch(None if pools is None else set(pools), list(request.ids), keys,
+                                     request.all_transitions)  # fmt: skip
+        return _events(subscription)
+
+    # ------------------------------------------------------------------------------- Admin
+
+    async def _snapshot_parts(self, principal: Principal) -> tuple[Any, dict[str, int], list[str] | None]:
+        service = self._svc()
+        snap = await service.snapshot()
+        workers: dict[str, int] = {}
+        for session in service.workers_in(None):
+            workers[session.pool] = workers.get(session.pool, 0) + 1
+        visible = principal.visible(self.pools) if principal.scoped else None
+        return snap, workers, visible
+
+    @_api_errors
+    async def snapshot(self, principal: Principal, request: pb.Empty | None = None) -> pb.SnapshotResponse:
+        principal.require(Role.METRICS)
+        snap, workers, visible = await self._snapshot_parts(principal)
+        return convert.snapshot_response(snap, workers, visible)
+
+    @_api_errors
+    async def metrics_text(self, principal: Principal) -> tuple[bytes, str]:
+        """Prometheus exposition of the snapshot: ``(body, content type)`` (metrics role)."""
+        from .metrics import CONTENT_TYPE, render
+
+        principal.require(Role.METRICS)
+        snap, workers, visible = await self._snapshot_parts(principal)
+        service = self._svc()
+        return render(snap, workers, service.desired, visible), CONTENT_TYPE
+
+    @_api_errors
+    async def add_recurring(self, principal: Principal, request: pb.RecurringRequest) -> pb.Empty:
+        principal.require(Role.ADMIN)
+        spec = convert.recurring_spec(request, self.limits)
+        self._check_pool(principal, spec.template.pool or self.default_pool)
+        spec.template.tenant = principal.tenant_for(spec.template.tenant)
+        service = self._svc()
+        if principal.scoped:
+            # Replacing a schedule of a pool outside the scope would move it into the caller's.
+            for info in await service.list_recurring():
+                if info.name == spec.name and not principal.sees(info.pool):
+                    raise ApiError(Code.FAILED_PRECONDITION,
+                                   f"schedule {spec.name!r} exists outside this credential's pools")  # fmt: skip
+        await service.add_recurring(spec)
+        return pb.Empty()
+
+    @_api_errors
+    async def remove_recurring(
+        self, principal: Principal, request: pb.RemoveRecurringRequest
+    ) -> pb.RemoveRecurringResponse:
+        principal.require(Role.ADMIN)
+        service = self._svc()
+        if principal.scoped:
+            infos = {info.name: info for info in await service.list_recurring()}
+            info = infos.get(request.name)
+            if info is None or not principal.sees(info.pool):
+                return pb.RemoveRecurringResponse(removed=False)
+        return pb.RemoveRecurringResponse(removed=await service.remove_recurring(request.name))
+
+    @_api_errors
+    async def list_workers(self, principal: Principal, request: pb.Empty | None = None) -> pb.ListWorkersResponse:
+        principal.require(Role.METRICS)
+        service = self._svc()
+        pools = set(principal.visible(self.pools)) if principal.scoped else None
+        sessions = sorted(service.workers_in(pools), key=lambda session: session.id)
+        return pb.ListWorkersResponse(workers=[convert.worker_info(session) for session in sessions])
+
+    @_api_errors
+    async def list_recurring(self, principal: Principal, request: pb.Empty | None = None) -> pb.ListRecurringResponse:
+        principal.require(Role.METRICS)
+        infos = await self._svc().list_recurring()
+        return pb.ListRecurringResponse(
+            schedules=[convert.recurring_info(info) for info in infos if principal.sees(info.pool)]
+        )
+
+
+async def _events(subscription: Subscription) -> AsyncIterator[pb.StatusEvent]:
+    try:
+        while True:
+            try:
+                event = await subscription.next()
+            except Exception as exc:
+                raise from_exception(exc) from exc
+            yield convert.status_event(event)
+    finally:
+        subscription.close()

@@ -1,0 +1,329 @@
+"""The cronoq-server process for one shard: listeners, leadership lifecycle, shutdown.
+
+``ServerApp.run`` binds the gRPC listener at once, as a *standby*: it authenticates callers,
+answers UNAVAILABLE and closes each connection about a second after accepting it, so clients
+behind a load balancer that spreads connections over replicas retry elsewhere. Meanwhile the
+shard service waits for leadership of the store. Once it leads, the standby listener is replaced
+by the serving one on the same address. If leadership is lost, workers get
+``Shutdown{not_leader}``, connections are closed and the server goes back to standing by.
+
+``stop()`` (SIGTERM/SIGINT) makes a graceful exit: stop admitting, give running attempts
+``server.shutdown_grace_s``, tell workers to reconnect elsewhere, release leadership.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from cronoq.config import (
+    Config,
+    MemoryStoreConfig,
+    PostgresStoreConfig,
+    SqliteStoreConfig,
+    WebhookScaler,
+    parse_socket_addr,
+)
+from cronoq.shard.service import ServiceOptions, ShardService
+from cronoq.stores.base import SchemaTooNew, ShardMismatch, Store
+
+from .api import Api
+from .auth import Authenticator
+from .convert import core_config
+from .grpc_service import SHUTDOWN_LINGER_S, GrpcServices, server_options
+from .service import ServerShardService
+
+__all__ = ["BindError", "ServerApp", "make_store"]
+
+log = logging.getLogger("cronoq.server")
+
+PRUNE_INTERVAL_S = 60.0
+
+
+class BindError(Exception):
+    """A listener could not bind its address (for example: Address already in use)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Listening:
+    """What the process bound, reported once per role change."""
+
+    role: str  # "standby" or "leader"
+    grpc: str
+
+
+def make_store(config: Config) -> Store:
+    """The store of this server's shard, from ``[store]``."""
+    section = config.store
+    shard = config.server.shard if config.sharded else None
+    retention = config.limits.key_retention_s
+    if isinstance(section, SqliteStoreConfig):
+        from cronoq.stores.sqlite import SqliteStore
+
+        path = config.store_namespace()
+        assert path is not None
+        return SqliteStore(path, retention=retention, shard=shard)
+    if isinstance(section, PostgresStoreConfig):
+        from cronoq.stores.postgres import PostgresStore
+
+        if section.url is None:
+            raise ValueError("store.url is not known (the environment variable was not read)")
+        schema = config.store_namespace() or "public"
+        return PostgresStore(section.url, schema=schema, retention=retention, shard=shard)
+    assert isinstance(section, MemoryStoreConfig)
+    from cronoq.stores.memory import MemoryStore
+
+    return MemoryStore(shard=shard, retention=retention)
+
+
+def _format_addr(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _bind_problem(host: str, port: int) -> str:
+    """Why binding failed, from the OS (grpc only says that it did)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((host, port))
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return "the address could not be bound"
+
+
+def _credentials(config: Config) -> grpc.ServerCredentials | None:
+    tls = config.server.tls
+    if tls is None:
+        return None
+    with open(tls.cert, "rb") as cert_file, open(tls.key, "rb") as key_file:
+        chain, key = cert_file.read(), key_file.read()
+    root = None
+    if tls.client_ca is not None:
+        with open(tls.client_ca, "rb") as ca_file:
+            root = ca_file.read()
+    return grpc.ssl_server_credentials([(key, chain)], root_certificates=root, require_client_auth=root is not None)
+
+
+class ServerApp:
+    def __init__(self, config: Config, *, on_listening: Callable[[Listening], None] | None = None,
+                 store: Store | None = None) -> None:  # fmt: skip
+        self.config = config
+        self.api = Api(config)
+        self.authenticator = Authenticator(config.auth)
+        self.store = store if store is not None else make_store(config)
+        self.on_listening = on_listening
+        self._core_config = core_config(config)
+        self._credentials = _credentials(config)
+        host, port = parse_socket_addr(config.server.grpc_addr)
+        self._host = host
+        self._port = port
+        self._stop = asyncio.Event()
+        self._grace = config.server.shutdown_grace_s
+        self.service: ShardService | None = None
+        self._scaler = _WebhookScaler(config)
+
+    # ------------------------------------------------------------------------------- control
+
+    def stop(self, grace: float | None = None) -> None:
+        """Begin a graceful stop (idempotent); ``grace`` overrides ``shutdown_grace_s``."""
+        if grace is not None:
+            self._grace = min(self._grace, grace)
+        self._stop.set()
+
+    @property
+    def grpc_address(self) -> str:
+        return _format_addr(self._host, self._port)
+
+    # ------------------------------------------------------------------------------- listeners
+
+    async def _listen(self, *, standby: bool) -> grpc.aio.Server:
+        server = grpc.aio.server(options=server_options(self.config, standby=standby))
+        GrpcServices(self.api, self.authenticator, standby=standby).add_to(server)
+        address = _format_addr(self._host, self._port)
+        try:
+            if self._credentials is not None:
+                port = server.add_secure_port(address, self._credentials)
+            else:
+                port = server.add_insecure_port(address)
+        except RuntimeError:
+            raise BindError(f"cannot listen on {address}: {_bind_problem(self._host, self._port)}") from None
+        if port == 0:
+            raise BindError(f"cannot listen on {address}: {_bind_problem(self._host, self._port)}")
+        # Port 0 picks a free port once; later listeners (standby <-> leader) reuse it.
+        self._port = port
+        await server.start()
+        role = "standby" if standby else "leader"
+        log.info("listening (%s) grpc=%s", role, self.grpc_address)
+        if self.on_listening is not None:
+            self.on_listening(Listening(role, self.grpc_address))
+        return server
+
+    # ------------------------------------------------------------------------------- lifecycle
+
+    async def run(self) -> None:
+        """Serve until ``stop()``. Raises ``BindError`` when the listener cannot bind."""
+        for warning in self.config.warnings:
+            log.warning("configuration: %s", warning)
+        server = await self._listen(standby=True)
+        try:
+            while not self._stop.is_set():
+                service = await self._acquire()
+                if service is None:
+                    break
+                await server.stop(0)
+                server = await self._listen(standby=False)
+                stepped_down = await self._lead(service)
+                if not stepped_down:
+                    await self._graceful(service, server)
+                    break
+                log.warning("leadership lost (%s); standing by", service.driver.stop_reason or "unknown")
+                self.api.service = None
+                self.service = None
+                await server.stop(SHUTDOWN_LINGER_S)
+                with contextlib.suppress(Exception):
+                    await self.store.release_leadership()
+                server = await self._listen(standby=True)
+        finally:
+            self.api.service = None
+            await server.stop(0)
+            await self._scaler.close()
+            with contextlib.suppress(Exception):
+                await self.store.close()
+
+    async def _acquire(self) -> ShardService | None:
+        """A service that leads the shard, or None when stopped first."""
+        delay = 0.5
+        while not self._stop.is_set():
+            options = ServiceOptions(
+                output_cache_entries=self.config.outputs.cache_entries,
+                output_cache_bytes=self.config.outputs.cache_bytes,
+                max_slots_per_worker=self.config.limits.max_slots_per_worker,
+            )
+            service = ServerShardService(self._core_config, store=self.store, options=options)
+            service.on_scale = self._scaler.scale
+            log.info("waiting for leadership")
+            leading = asyncio.ensure_future(service.lead())
+            stopping = asyncio.ensure_future(self._stop.wait())
+            try:
+                await asyncio.wait({leading, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stopping.cancel()
+            if not leading.done():
+                leading.cancel()
+                with contextlib.suppress(BaseException):
+                    await leading
+                return None
+            error = leading.exception()
+            if error is None:
+                return service
+            if isinstance(error, SchemaTooNew | ShardMismatch):
+                raise error
+            log.warning("could not take leadership (%s); retrying in %.1fs", error, delay)
+            with contextlib.suppress(Exception):
+                await self.store.release_leadership()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), delay)
+            delay = min(delay * 2, 10.0)
+        return None
+
+    async def _lead(self, service: ShardService) -> bool:
+        """Serve as the leader until stop() (False) or leadership is lost (True)."""
+        self.service = service
+        self.api.service = service
+        log.info("leadership gained (epoch %s)", service.driver.epoch)
+        lost = asyncio.ensure_future(service.driver.wait_stepped_down())
+        stopping = asyncio.ensure_future(self._stop.wait())
+        watch_store = asyncio.ensure_future(self._watch_store(service))
+        prune = asyncio.ensure_future(self._prune_loop())
+        try:
+            await asyncio.wait({lost, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (stopping, watch_store, prune):
+                task.cancel()
+        if lost.done():
+            return True
+        lost.cancel()
+        return False
+
+    async def _watch_store(self, service: ShardService) -> None:
+        """Make an idle driver notice at once that the store lost leadership."""
+        await self.store.lost.wait()
+        service.driver.post(lambda core, now: None)
+
+    async def _prune_loop(self) -> None:
+        section = self.config.store
+        if isinstance(section, MemoryStoreConfig):
+            return
+        keep_ns = round(section.keep_finished_s * 1e9)
+        while True:
+            await asyncio.sleep(PRUNE_INTERVAL_S)
+            try:
+                removed = await self.store.prune(time.time_ns() - keep_ns)
+            except Exception as exc:
+                log.warning("pruning finished tasks failed: %s", exc)
+                continue
+            if removed:
+                log.info("pruned %d finished tasks", removed)
+
+    async def _graceful(self, service: ShardService, server: grpc.aio.Server) -> None:
+        log.info("shutting down: running attempts get %.1fs", self._grace)
+        await service.shutdown(self._grace)
+        # Work streams send Shutdown and linger briefly; unary calls in flight finish.
+        await server.stop(SHUTDOWN_LINGER_S + 0.5)
+        log.info("stopped")
+
+
+class _WebhookScaler:
+    """POSTs ``{"pool": ..., "desired": n}`` for pools with a webhook scaler, latest value wins."""
+
+    def __init__(self, config: Config) -> None:
+        self._hooks = {pool.name: pool.scaler for pool in config.pools if isinstance(pool.scaler, WebhookScaler)}
+        self._latest: dict[str, int] = {}
+        self._senders: dict[str, asyncio.Task[None]] = {}
+        self._session: Any = None
+
+    def scale(self, pool: str, desired: int) -> None:
+        if pool not in self._hooks or self._latest.get(pool) == desired:
+            return
+        self._latest[pool] = desired
+        sender = self._senders.get(pool)
+        if sender is None or sender.done():
+            self._senders[pool] = asyncio.ensure_future(self._send(pool))
+
+    async def _send(self, pool: str) -> None:
+        import aiohttp
+
+        hook = self._hooks[pool]
+        sent: int | None = None
+        while self._latest.get(pool) != sent:
+            desired = self._latest[pool]
+            if self._session is None:
+                self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
+            headers = {"authorization": f"Bearer {hook.token}"} if hook.token else {}
+            try:
+                async with self._session.post(hook.url, json={"pool": pool, "desired": desired}, headers=headers) as r:
+                    if r.status >= 300:
+                        log.warning("scale request for pool %s failed: HTTP %d", pool, r.status)
+            except Exception as exc:
+                log.warning("scale request for pool %s failed: %s", pool, exc)
+            sent = desired
+
+    async def close(self) -> None:
+        for sender in self._senders.values():
+            sender.cancel()
+        if self._session is not None:
+            await self._session.close()
+
+
+def print_line(text: str) -> None:
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()

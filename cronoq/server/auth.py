@@ -1,0 +1,147 @@
+"""Who is calling, and what they may do.
+
+``Authenticator.authenticate`` turns the credentials of a request (the ``authorization`` header or
+metadata value, and the DNS names of a verified client certificate) into a ``Principal``. A bearer
+token is looked up by its SHA-256 digest in constant time and beats a certificate. Without any
+configured credential every caller is an unscoped admin.
+
+A ``Principal`` answers the authorization questions of every handler: role checks, pool scopes
+(``pools``), forced tenant and the worker labels it may claim. The gRPC servicers and the HTTP
+gateway share this module; no token ever reaches a log line or an error message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from cronoq.config import AuthConfig, CertSpec, Role, TokenSpec
+
+from .errors import ApiError, Code
+
+__all__ = ["ANONYMOUS_ADMIN", "Authenticator", "Principal", "Role"]
+
+_BEARER = "bearer "
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """An authenticated caller. ``pools`` None = every pool; ``labels`` None = any label."""
+
+    role: Role
+    pools: frozenset[str] | None = None
+    labels: frozenset[tuple[str, str]] | None = None
+    tenant: str | None = None
+    name: str = "anonymous"
+    """How logs refer to the caller ("token #2 (worker)", "cert worker-1.internal")."""
+
+    @classmethod
+    def of(cls, spec: TokenSpec | CertSpec, name: str) -> Principal:
+        return cls(
+            role=spec.role,
+            pools=None if spec.pools is None else frozenset(spec.pools),
+            labels=None if spec.labels is None else frozenset(spec.labels),
+            tenant=spec.tenant,
+            name=name,
+        )
+
+    # -------------------------------------------------------------------------------- roles
+
+    def has(self, role: Role) -> bool:
+        return self.role.grants(role)
+
+    def require(self, *roles: Role) -> None:
+        """PERMISSION_DENIED unless this caller has one of ``roles`` (admin has them all)."""
+        if any(self.role.grants(role) for role in roles):
+            return
+        needed = " or ".join(role.value for role in roles)
+        raise ApiError(Code.PERMISSION_DENIED, f"this call needs the {needed} role")
+
+    # -------------------------------------------------------------------------------- pools
+
+    @property
+    def scoped(self) -> bool:
+        return self.pools is not None
+
+    def sees(self, pool: str) -> bool:
+        """May this caller use (and so see the tasks of) ``pool``?"""
+        return self.pools is None or pool in self.pools
+
+    def visible(self, pools: Iterable[str]) -> list[str]:
+        """The subset of ``pools`` this caller may use, in the given order."""
+        return [pool for pool in pools if self.sees(pool)]
+
+    def check_pool(self, pool: str, known: Sequence[str] | frozenset[str] | set[str]) -> None:
+        """For calls naming a pool explicitly (submit, list, watch, register): a pool outside the
+        scope is PERMISSION_DENIED (checked first, so a scoped caller learns nothing about pools it
+        may not use); an unknown one NOT_FOUND."""
+        if not self.sees(pool):
+            raise ApiError(Code.PERMISSION_DENIED, f"this credential may not use pool {pool!r}")
+        if pool not in known:
+            raise ApiError(Code.NOT_FOUND, f"unknown pool {pool!r}")
+
+    # -------------------------------------------------------------------------------- tenants
+
+    def tenant_for(self, requested: str | None) -> str | None:
+        """The tenant a submission runs as: the pinned one (filled in when omitted); naming
+        another tenant is PERMISSION_DENIED."""
+        if self.tenant is None:
+            return requested
+        if requested is not None and requested != self.tenant:
+            raise ApiError(Code.PERMISSION_DENIED, f"this credential may not submit as tenant {requested!r}")
+        return self.tenant
+
+    # -------------------------------------------------------------------------------- labels
+
+    def check_labels(self, labels: Mapping[str, str]) -> None:
+        if self.labels is None:
+            return
+        for name, value in labels.items():
+            if (name, value) not in self.labels:
+                raise ApiError(Code.PERMISSION_DENIED, f"this credential may not claim the worker label {name}={value}")
+
+
+ANONYMOUS_ADMIN = Principal(Role.ADMIN, name="anonymous (authentication off)")
+
+
+class Authenticator:
+    """Maps request credentials to principals under one ``[auth]`` section."""
+
+    def __init__(self, auth: AuthConfig) -> None:
+        self._auth = auth
+        self._names = {id(spec): f"token #{i + 1} ({spec.role.value})" for i, spec in enumerate(auth.tokens)}
+
+    @property
+    def enabled(self) -> bool:
+        return self._auth.enabled
+
+    def authenticate(self, authorization: str | None, cert_dns_names: Sequence[str] = ()) -> Principal:
+        """The caller behind these credentials; UNAUTHENTICATED when they match nothing.
+
+        ``authorization`` is the raw header / metadata value (``"Bearer <token>"``);
+        ``cert_dns_names`` the DNS SANs of a client certificate the TLS layer verified.
+        """
+        if not self._auth.enabled:
+            return ANONYMOUS_ADMIN
+        if authorization:
+            token = _bearer_token(authorization)
+            if token is None:
+                raise ApiError(Code.UNAUTHENTICATED, "the authorization value must be 'Bearer <token>'")
+            spec = self._auth.authenticate(token)
+            if spec is None:
+                raise ApiError(Code.UNAUTHENTICATED, "unknown token")
+            return Principal.of(spec, self._names.get(id(spec), "token"))
+        if cert_dns_names:
+            cert = self._auth.cert_for(cert_dns_names)
+            if cert is not None:
+                return Principal.of(cert, f"cert {cert.dns_name}")
+            raise ApiError(Code.UNAUTHENTICATED, "the client certificate is not mapped to a role")
+        raise ApiError(Code.UNAUTHENTICATED, "missing credentials: send 'authorization: Bearer <token>'")
+
+
+def _bearer_token(value: str) -> str | None:
+    text = value.strip()
+    if len(text) <= len(_BEARER) or text[: len(_BEARER)].lower() != _BEARER:
+        return None
+    token = text[len(_BEARER) :].strip()
+    return token or None

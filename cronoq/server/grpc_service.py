@@ -1,0 +1,365 @@
+"""gRPC servicers of ``cronoq.v1``: Tasks and Admin over ``Api``, and the Workers.Work stream.
+
+Every call authenticates first (``authorization`` metadata or a mapped client certificate), then
+runs the transport-independent handler of ``cronoq.server.api``; an ``ApiError`` becomes the
+call's status. Unary calls are bounded by ``max_wait_s + request_timeout_s`` (CANCELLED past
+that) and by ``max_concurrent_requests`` in flight (RESOURCE_EXHAUSTED beyond).
+
+The Work stream adapts worker protocol 3 to the shard service's worker sessions: Register
+first (within 10 s), then leases, aborts and a final Shutdown flow out of the session's bounded
+outbound queue while heartbeats and outcomes flow in. A lease's outcome counts only while the
+stream still holds the lease; anything later is ignored. When the stream ends for any reason the
+leases it held fail as retryable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from cronoq.config import Config, Role
+from cronoq.proto import cronoq_pb2 as pb
+from cronoq.proto import cronoq_pb2_grpc as pbg
+from cronoq.shard.blob import Blob
+from cronoq.shard.service import PROTOCOL_VERSION, ShardService
+from cronoq.shard.workers import AbortOut, LeaseOut, ShutdownOut, WorkerSession
+
+from . import convert
+from .api import Api
+from .auth import Authenticator, Principal
+from .errors import ApiError, Code, from_exception
+
+__all__ = ["REGISTER_TIMEOUT_S", "GrpcServices", "server_options"]
+
+log = logging.getLogger("cronoq.server")
+
+REGISTER_TIMEOUT_S = 10.0
+"""A Work stream must send Register within this long."""
+
+SHUTDOWN_LINGER_S = 1.0
+"""After Shutdown, how long a Work stream stays open for the worker to close it."""
+
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+
+
+def server_options(config: Config, *, standby: bool) -> list[tuple[str, Any]]:
+    """grpc server options: message size, keepalive pings, streams per connection; a standby
+    also closes every connection about a second after accepting it."""
+    limits = config.limits
+    options: list[tuple[str, Any]] = [
+        ("grpc.max_send_message_length", limits.max_message_bytes),
+        ("grpc.max_receive_message_length", limits.max_message_bytes),
+        ("grpc.keepalive_time_ms", max(1, round(limits.keepalive_interval_s * 1000))),
+        ("grpc.keepalive_timeout_ms", max(1, round(limits.keepalive_timeout_s * 1000))),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_ping_interval_without_data_ms", 5000),
+        ("grpc.max_concurrent_streams", limits.max_concurrent_streams),
+        # Refuse to share a port with another process: a second server on the same address
+        # must fail with "Address already in use", not silently split the traffic.
+        ("grpc.so_reuseport", 0),
+    ]
+    if standby:
+        options += [("grpc.max_connection_age_ms", 1000), ("grpc.max_connection_age_grace_ms", 500)]
+    return options
+
+
+def _cert_names(context: grpc.aio.ServicerContext[Any, Any]) -> list[str]:
+    """DNS names of the client certificate the TLS layer verified (none without mTLS)."""
+    try:
+        auth = context.auth_context()
+    except Exception:  # pragma: no cover - depends on the transport
+        return []
+    values = auth.get("peer_dns") or auth.get("x509_subject_alternative_name") or []
+    names = []
+    for value in values:
+        text = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+        if text:
+            names.append(text)
+    return names
+
+
+def _authorization(context: grpc.aio.ServicerContext[Any, Any]) -> str | None:
+    for key, value in context.invocation_metadata() or ():
+        if key == "authorization":
+            return value if isinstance(value, str) else value.decode("latin-1")
+    return None
+
+
+async def _abort(context: grpc.aio.ServicerContext[Any, Any], error: ApiError) -> Any:
+    if error.metadata:
+        context.set_trailing_metadata(error.metadata)
+    await context.abort(error.code.grpc, error.message)
+
+
+class GrpcServices(pbg.TasksServicer, pbg.AdminServicer, pbg.WorkersServicer):
+    """All three services on one object. ``standby`` servers authenticate, then refuse."""
+
+    def __init__(self, api: Api, authenticator: Authenticator, *, standby: bool = False) -> None:
+        self.api = api
+        self.auth = authenticator
+        self.standby = standby
+        self.limits = api.limits
+        self._inflight = 0
+        self._unary_bound = api.limits.max_wait_s + api.limits.request_timeout_s
+
+    def add_to(self, server: grpc.aio.Server) -> None:
+        pbg.add_TasksServicer_to_server(self, server)  # type: ignore[no-untyped-call]
+        pbg.add_AdminServicer_to_server(self, server)  # type: ignore[no-untyped-call]
+        pbg.add_WorkersServicer_to_server(self, server)  # type: ignore[no-untyped-call]
+
+    def _principal(self, context: grpc.aio.ServicerContext[Any, Any]) -> Principal:
+        principal = self.auth.authenticate(_authorization(context), _cert_names(context))
+        if self.standby:
+            raise ApiError.unavailable()
+        return principal
+
+    async def _unary(self, context: grpc.aio.ServicerContext[Any, Any], request: Req,
+                     handler: Callable[[Principal, Req], Awaitable[Resp]]) -> Resp:  # fmt: skip
+        try:
+            principal = self._principal(context)
+            if self._inflight >= self.limits.max_concurrent_requests:
+                raise ApiError(Code.RESOURCE_EXHAUSTED, "too many requests in flight; retry later")
+            self._inflight += 1
+            try:
+                return await asyncio.wait_for(handler(principal, request), self._unary_bound)
+            except TimeoutError:
+                raise ApiError(Code.CANCELLED, "request timeout expired") from None
+            finally:
+                self._inflight -= 1
+        except ApiError as error:
+            return await _abort(context, error)  # type: ignore[no-any-return]
+
+    # ------------------------------------------------------------------------------- Tasks
+
+    async def Submit(self, request: pb.SubmitRequest, context: Any) -> pb.SubmitResponse:
+        return await self._unary(context, request, self.api.submit)
+
+    async def SubmitBatch(self, request: pb.SubmitBatchRequest, context: Any) -> pb.SubmitBatchResponse:
+        return await self._unary(context, request, self.api.submit_batch)
+
+    async def Cancel(self, request: pb.CancelRequest, context: Any) -> pb.CancelResponse:
+        return await self._unary(context, request, self.api.cancel)
+
+    async def Get(self, request: pb.GetRequest, context: Any) -> pb.TaskInfo:
+        return await self._unary(context, request, self.api.get)
+
+    async def ListTasks(self, request: pb.ListTasksRequest, context: Any) -> pb.ListTasksResponse:
+        return await self._unary(context, request, self.api.list_tasks)
+
+    async def Wait(self, request: pb.WaitRequest, context: Any) -> pb.TaskResult:
+        return await self._unary(context, request, self.api.wait)
+
+    async def Watch(self, request: pb.WatchRequest, context: Any) -> None:
+        try:
+            principal = self._principal(context)
+            events = await self.api.watch(principal, request)
+            async for event in events:
+                await context.write(event)
+        except ApiError as error:
+            await _abort(context, error)
+
+    # ------------------------------------------------------------------------------- Admin
+
+    async def Snapshot(self, request: pb.Empty, context: Any) -> pb.SnapshotResponse:
+        return await self._unary(context, request, self.api.snapshot)
+
+    async def AddRecurring(self, request: pb.RecurringRequest, context: Any) -> pb.Empty:
+        return await self._unary(context, request, self.api.add_recurring)
+
+    async def RemoveRecurring(self, request: pb.RemoveRecurringRequest, context: Any) -> pb.RemoveRecurringResponse:
+        return await self._unary(context, request, self.api.remove_recurring)
+
+    async def ListWorkers(self, request: pb.Empty, context: Any) -> pb.ListWorkersResponse:
+        return await self._unary(context, request, self.api.list_workers)
+
+    async def ListRecurring(self, request: pb.Empty, context: Any) -> pb.ListRecurringResponse:
+        return await self._unary(context, request, self.api.list_recurring)
+
+    # ------------------------------------------------------------------------------- Workers
+
+    async def Work(self, request_iterator: Any, context: Any) -> None:
+        try:
+            # Credentials decide first, but a refusal is reported only after the worker's
+            # Register has been read: ending the call while the client is still writing its first
+            # message can surface on the client as an INTERNAL error instead of our status.
+            refusal: ApiError | None = None
+            try:
+                principal = self._principal(context)
+                principal.require(Role.WORKER)
+                self.api._svc()
+            except ApiError as error:
+                refusal = error
+            try:
+                first = await asyncio.wait_for(context.read(), REGISTER_TIMEOUT_S)
+            except TimeoutError:
+                raise refusal or ApiError(Code.DEADLINE_EXCEEDED,
+                                          f"no Register message within {REGISTER_TIMEOUT_S:g} s") from None  # fmt: skip
+            if refusal is not None:
+                raise refusal
+            if first is grpc.aio.EOF:
+                return
+            if first.WhichOneof("msg") != "register":
+                raise ApiError.invalid("the first message of a Work stream must be Register")
+            service, session = self._register(principal, first.register)
+        except ApiError as error:
+            await _abort(context, error)
+            return
+        stream = _WorkStream(self, service, session, context)
+        await stream.run()
+
+    def _register(self, principal: Principal, register: pb.Register) -> tuple[ShardService, WorkerSession]:
+        if register.protocol_version < PROTOCOL_VERSION:
+            raise ApiError(
+                Code.FAILED_PRECONDITION,
+                f"worker protocol {register.protocol_version} is too old; this server needs protocol "
+                f"{PROTOCOL_VERSION}",
+            )
+        pool = register.pool or self.api.default_pool
+        convert._text(pool, "pool")
+        self.api._check_pool(principal, pool)
+        labels = dict(register.labels)
+        for name, value in labels.items():
+            convert._text(name, "label name", self.limits.max_tag_len)
+            convert._text(value, "label value", self.limits.max_tag_len)
+        principal.check_labels(labels)
+        name = convert._text(register.worker_name, "worker_name", self.limits.max_key_len)
+        if register.slots < 1:
+            raise ApiError.invalid("a worker needs at least one slot")
+        section = self.api.config.pool(pool)
+        granted = min(register.slots, section.slots_cap(self.limits))
+        service = self.api._svc()
+        try:
+            session = service.register_worker(pool, granted, name, labels, register.protocol_version)
+        except Exception as exc:
+            raise from_exception(exc) from exc
+        log.info("worker %d (%s, %s) registered for pool %s: %d slots granted of %d requested",
+                 session.id, name or "unnamed", principal.name, pool, granted, register.slots)  # fmt: skip
+        return service, session
+
+
+class _WorkStream:
+    """One registered Work stream."""
+
+    def __init__(self, services: GrpcServices, service: ShardService, session: WorkerSession, context: Any) -> None:
+        self.services = services
+        self.service = service
+        self.session = session
+        self.context = context
+        section = services.api.config.pool(session.pool)
+        self.slots_cap = section.slots_cap(services.limits)
+        self.lease_ttl_s = section.lease_ttl_s
+
+    async def run(self) -> None:
+        session, context = self.session, self.context
+        reason = "worker disconnected"
+        writer: asyncio.Task[str] | None = None
+        reader: asyncio.Task[str] | None = None
+        try:
+            registered = pb.Registered(
+                worker_id=session.id,
+                lease_ttl_s=self.lease_ttl_s,
+                slots=session.slots,
+                protocol_version=PROTOCOL_VERSION,
+                max_message_bytes=self.services.limits.max_message_bytes,
+            )
+            await context.write(pb.ServerMessage(registered=registered))
+            writer = asyncio.ensure_future(self._write())
+            reader = asyncio.ensure_future(self._read())
+            done, _ = await asyncio.wait({writer, reader}, return_when=asyncio.FIRST_COMPLETED)
+            if reader in done:
+                if reader.exception() is None and reader.result() == "second register":
+                    reason = "second register"
+                    raise ApiError.invalid("a second Register ends the stream")
+                return
+            if writer.exception() is not None:
+                return
+            ending = writer.result()
+            if ending == "shutdown":
+                # Give the worker a moment to close its side, then end the call.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(reader), SHUTDOWN_LINGER_S)
+                reason = "server shutting down"
+                return
+            closed = getattr(self.service, "close_reason", None)
+            reason = (closed(session) if closed is not None else None) or "worker stopped reading its stream"
+            raise ApiError(Code.UNAVAILABLE, f"disconnected: {reason}")
+        except ApiError as error:
+            await _abort(context, error)
+        finally:
+            for task in (writer, reader):
+                if task is not None and not task.done():
+                    task.cancel()
+            self.service.unregister_worker(session, reason)
+
+    async def _write(self) -> str:
+        session, context = self.session, self.context
+        queue = session.outbound
+        while True:
+            try:
+                out = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                if session.closed:
+                    return "closed"
+                try:
+                    out = await asyncio.wait_for(queue.get(), 0.5)
+                except TimeoutError:
+                    continue
+            if isinstance(out, LeaseOut):
+                await context.write(pb.ServerMessage(lease=convert.lease_message(out.lease)))
+            elif isinstance(out, AbortOut):
+                await context.write(pb.ServerMessage(abort=pb.Abort(lease=out.lease_id, reason=out.reason)))
+            elif isinstance(out, ShutdownOut):
+                message = pb.Shutdown(reason=out.reason, not_leader=out.not_leader)
+                await context.write(pb.ServerMessage(shutdown=message))
+                return "shutdown"
+
+    async def _read(self) -> str:
+        service, session, context = self.service, self.session, self.context
+        while True:
+            message = await context.read()
+            if message is grpc.aio.EOF:
+                return "worker closed the stream"
+            kind = message.WhichOneof("msg")
+            if kind == "heartbeat":
+                lease = message.heartbeat.lease
+                if lease in session.running:
+                    service.worker_heartbeat(session, lease)
+            elif kind == "complete":
+                done = message.complete
+                if done.lease in session.running:
+                    content_type = convert.sanitize_message(done.content_type)[: convert.MAX_CONTENT_TYPE_LEN]
+                    service.worker_complete(session, done.lease, Blob(bytes(done.output), content_type))
+            elif kind == "fail":
+                fail = message.fail
+                if fail.lease in session.running:
+                    retry_after = _retry_after(fail)
+                    service.worker_fail(session, fail.lease, convert.sanitize_message(fail.message), fail.permanent,
+                                        retry_after)  # fmt: skip
+            elif kind == "cancelled":
+                lease = message.cancelled.lease
+                if lease in session.running:
+                    service.worker_cancelled(session, lease)
+            elif kind == "nack":
+                service.worker_nack(session, message.nack.lease, convert.sanitize_message(message.nack.reason))
+            elif kind == "set_slots":
+                slots = min(message.set_slots.slots, self.slots_cap)
+                service.set_worker_slots(session, slots)
+                log.info("worker %d now has %d slots", session.id, slots)
+            elif kind == "register":
+                return "second register"
+
+
+def _retry_after(fail: pb.Fail) -> int | None:
+    if not fail.HasField("retry_after_s"):
+        return None
+    try:
+        return convert.duration_ns(fail.retry_after_s, "retry_after_s")
+    except ApiError:
+        return None  # a nonsensical hint is dropped rather than failing the stream
+

@@ -1,0 +1,143 @@
+"""``cronoq-server``: run one shard of the scheduler behind gRPC, or check a configuration.
+
+    cronoq-server [--config PATH] [--shard NAME] [--insecure-no-auth]
+    cronoq-server [--config PATH] --check
+    cronoq-server --print-proto
+
+The configuration path also comes from ``CRONOQ_CONFIG`` and the shard from ``CRONOQ_SHARD``.
+Without a configuration the server runs one ``default`` pool in memory on loopback listeners
+with authentication off. The log level comes from ``CRONOQ_LOG`` (default ``info``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+
+from cronoq.config import Config, ConfigError
+
+__all__ = ["main"]
+
+log = logging.getLogger("cronoq.server")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cronoq-server",
+        description="Elastic, priority-aware task scheduler server (gRPC API, remote workers).",
+    )
+    parser.add_argument("-c", "--config", metavar="PATH", default=os.environ.get("CRONOQ_CONFIG") or None,
+                        help="TOML configuration file (default: $CRONOQ_CONFIG; none: built-in defaults)")
+    parser.add_argument("--check", action="store_true", help="validate the configuration and exit")
+    parser.add_argument("--print-proto", action="store_true", help="print the cronoq.v1 .proto API and exit")
+    parser.add_argument("--shard", metavar="NAME", default=os.environ.get("CRONOQ_SHARD") or None,
+                        help="this server's entry in [[shards]] (default: $CRONOQ_SHARD or server.shard)")
+    parser.add_argument("--insecure-no-auth", action="store_true",
+                        help="allow non-loopback listeners without any credentials configured")
+    return parser
+
+
+def _load(args: argparse.Namespace, *, resolve_env: bool) -> Config:
+    options = {"shard_override": args.shard, "insecure_no_auth": args.insecure_no_auth, "resolve_env": resolve_env}
+    if args.config:
+        return Config.load(args.config, **options)
+    return Config.parse("", **options)
+
+
+def _check(args: argparse.Namespace) -> int:
+    try:
+        config = _load(args, resolve_env=False)
+    except ConfigError as err:
+        print(f"configuration is invalid ({len(err.errors)} problem{'s' if len(err.errors) != 1 else ''}):")
+        for problem in err.errors:
+            print(f"  {problem}")
+        return 1
+    for warning in config.warnings:
+        print(f"warning: {warning}")
+    print("configuration is valid")
+    return 0
+
+
+def _setup_logging() -> None:
+    level = os.environ.get("CRONOQ_LOG", "info").strip().upper() or "INFO"
+    logging.basicConfig(
+        level=getattr(logging, level, logging.INFO),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+async def _serve(config: Config) -> int:
+    from .app import BindError, Listening, ServerApp, print_line
+
+    def announce(listening: Listening) -> None:
+        word = "listening" if listening.role == "leader" else "standby"
+        print_line(f"cronoq-server {word} grpc={listening.grpc}")
+
+    try:
+        app = ServerApp(config, on_listening=announce)
+    except (OSError, ValueError) as exc:
+        log.error("cannot start: %s", exc)
+        return 1
+    loop = asyncio.get_running_loop()
+    signals = 0
+
+    def on_signal() -> None:
+        nonlocal signals
+        signals += 1
+        # A second signal cuts the grace period short.
+        app.stop(grace=0.0 if signals > 1 else None)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal)
+    try:
+        await app.run()
+    except BindError as exc:
+        log.error("%s", exc)
+        print(f"cronoq-server: {exc}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+    return 0
+
+
+def _run(config: Config) -> int:
+    if os.environ.get("CRONOQ_NO_UVLOOP") != "1":
+        try:
+            import uvloop
+        except ImportError:
+            pass
+        else:
+            return uvloop.run(_serve(config))
+    return asyncio.run(_serve(config))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.print_proto:
+        from cronoq.proto import PROTO_TEXT
+
+        sys.stdout.write(PROTO_TEXT)
+        return 0
+    if args.check:
+        return _check(args)
+    _setup_logging()
+    try:
+        config = _load(args, resolve_env=True)
+        problems = config.file_errors()
+        if problems:
+            raise ConfigError(problems)
+    except ConfigError as err:
+        print(f"cronoq-server: {err}", file=sys.stderr)
+        return 1
+    return _run(config)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
