@@ -397,9 +397,9 @@ class Task:
         }
         self._options: dict[str, Any] = {name: value for name, value in options.items() if value is not None}
 
-    def to_spec(self, now: int) -> et.TaskSpec:
+    def to_spec(self, now: int, *, trace: bool = True) -> et.TaskSpec:
         """The engine spec of this task, with relative times counted from ``now`` (ns)."""
-        return build_spec(self.payload, now, **self._options)
+        return build_spec(self.payload, now, trace=trace, **self._options)
 
     def __repr__(self) -> str:
         return f"Task({self.payload!r}, key={self.key!r})"

@@ -409,6 +409,9 @@ class Scheduler:
         self._shut_down = False  # shutdown() was called
         self._ready = False  # start() completed: this scheduler leads (its store)
         self._otel = _otel.instruments()
+        # Submitters' trace context is captured only when an OpenTelemetry SDK is installed
+        # (without one no span can be recording, and the lookup costs on every submission).
+        self._tracing = self._otel is not None
 
     # ------------------------------------------------------------------------------------------
     # Properties and lifecycle
@@ -618,7 +621,7 @@ class Scheduler:
             payload, time.time_ns(), priority=priority, pool=pool, kind=kind, key=key, deadline_in=deadline_in,
             deadline_at=deadline_at, start_in=start_in, start_at=start_at, tolerance=tolerance, on_miss=on_miss,
             duration_hint=duration_hint, timeout=timeout, retry=retry, after=after, deps=deps, resources=resources,
-            tags=tags, labels=labels, tenant=tenant,
+            tags=tags, labels=labels, tenant=tenant, trace=self._tracing,
         )
         assert loop is not None
         future: asyncio.Future[Any] = loop.create_future()
@@ -661,7 +664,7 @@ class Scheduler:
             payload, time.time_ns(), priority=priority, pool=pool, kind=kind, key=key, deadline_in=deadline_in,
             deadline_at=deadline_at, start_in=start_in, start_at=start_at, tolerance=tolerance, on_miss=on_miss,
             duration_hint=duration_hint, timeout=timeout, retry=retry, after=after, deps=deps, resources=resources,
-            tags=tags, labels=labels, tenant=tenant,
+            tags=tags, labels=labels, tenant=tenant, trace=self._tracing,
         )
         result: int = await self._admit(lambda core, now: core.submit(now, spec).id)
         return result
@@ -679,7 +682,7 @@ class Scheduler:
                 raise TypeError(f"task {index}: submit_batch takes cronoq.Task objects")
             try:
                 self._check_payload(task.payload)
-                specs.append(task.to_spec(now))
+                specs.append(task.to_spec(now, trace=self._tracing))
             except InvalidTaskOption as err:
                 raise InvalidTaskOption(f"task {index}: {err.message}") from None
             except TypeError as err:
@@ -721,9 +724,9 @@ class Scheduler:
 
     def _attach(self, core: Core, task_id: int, duplicate: bool, future: asyncio.Future[Any]) -> _Attached:
         """Inside the step: register the handle's future, or report how the task already ended."""
-        info = core.get(task_id)
-        if info is not None and info.status.terminal:
-            return task_id, duplicate, info.status, info.message
+        ended = core.ended(task_id)
+        if ended is not None:
+            return task_id, duplicate, ended[0], ended[1]
         self._handles.setdefault(task_id, []).append(future)
         return task_id, duplicate, None, None
 

@@ -1751,6 +1751,13 @@ class Core:
         task = self._lookup(ref)
         return None if task is None else self._info(task)
 
+    def ended(self, task_id: int) -> tuple[TaskStatus, str | None] | None:
+        """(status, message) of a task that reached a terminal status; None if live or unknown."""
+        task = self._tasks.get(task_id)
+        if task is None or not task.status.terminal:
+            return None
+        return task.status, task.message
+
     def _info(self, task: Task) -> TaskInfo:
         fixed = task.fixed
         return TaskInfo(
