@@ -1813,7 +1813,7 @@ class Core:
         pools = []
         for pool in self._pool_list:
             pools.append(metrics.pool_snapshot(self, pool, now))
-        return Snapshot(tuple(pools), self.live_tasks, self._running, self._pending, dict(self.totals))
+        return Snapshot(pools, self.live_tasks, self._running, self._pending, dict(self.totals))
 
 
     # ------------------------------------------------------------------------------------------

@@ -29,12 +29,7 @@ def pool_snapshot(core: Core, pool: Pool, now: int) -> PoolSnapshot:
         held=pool.held,
         desired=pool.desired,
         pending=pool.pending,
-        pending_by_class=(
-            pool.pending_by_class[0],
-            pool.pending_by_class[1],
-            pool.pending_by_class[2],
-            pool.pending_by_class[3],
-        ),
+        pending_by_class=list(pool.pending_by_class),
         ready=sum(pool.counts[2]),
         reservations=len(pool.reservations),
         window=window.span(now) / NS_PER_S,

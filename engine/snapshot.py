@@ -41,7 +41,7 @@ class PoolSnapshot:
     held: int
     desired: int
     pending: int
-    pending_by_class: tuple[int, int, int, int]
+    pending_by_class: list[int]  # critical, high, normal, low
     ready: int
     reservations: int
     window: float
@@ -66,7 +66,7 @@ class PoolSnapshot:
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    pools: tuple[PoolSnapshot, ...]
+    pools: list[PoolSnapshot]
     live_tasks: int
     running: int
     pending: int

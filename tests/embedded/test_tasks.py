@@ -39,7 +39,7 @@ async def test_priority_order_with_one_slot(gate: Gate) -> None:
         await sched.enqueue("critical", priority="CRITICAL")
         await sched.enqueue("normal2", priority="normal")
         snap = await sched.snapshot()
-        assert snap.pool("default").pending_by_class == (1, 1, 2, 2)  # type: ignore[union-attr]
+        assert snap.pool("default").pending_by_class == [1, 1, 2, 2]  # type: ignore[union-attr]
         gate.open()
         await eventually(lambda: len(order) == 7)
     assert order == ["blocker", "critical", "high", "normal", "normal2", "low", "low2"]

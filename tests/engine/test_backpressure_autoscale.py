@@ -310,6 +310,24 @@ def test_reservation_conflict_sheds_nothing() -> None:
     assert sim.status(low) == "ready"
 
 
+def test_shedding_never_evicts_the_incoming_tasks_own_parent() -> None:
+    """Shedding happens only when it helps: evicting the parent a submission depends on would
+    admit a task that is Skipped on arrival. Either another victim is chosen or the submission
+    is refused; the admitted child must not be dead on arrival."""
+    sim = shed_sim(max_pending=2)
+    other = sim.submit("other", priority=LOW)
+    parent = sim.submit("parent", priority=LOW)
+    try:
+        child = sim.submit("child", priority=HIGH, deps=(Dep(parent),))
+    except AdmissionError as err:
+        assert err.code is SubmitCode.OVERLOADED
+        assert sim.status(parent) == "ready" and sim.status(other) == "ready"
+        return
+    assert sim.status(parent) == "ready"
+    assert sim.status(child) == "blocked"
+    assert sim.status(other) == "shed"
+
+
 def test_awaited_unknown_key_is_admissible_and_may_shed() -> None:
     pool = PoolConfig("default", max_workers=2, initial_workers=0, bounds=Bounds(max_pending=1),
                       overflow=OverflowPolicy.SHED_LOWEST, unknown_dependency=UnknownDependencyPolicy.AWAIT)
@@ -346,6 +364,16 @@ def test_shed_oldest_evicts_the_oldest_low_task() -> None:
     assert sim.status(second) == "ready" and sim.status(normal) == "ready"
     sim.submit("incoming low", priority=LOW)
     assert sim.status(second) == "shed"
+
+
+def test_shed_oldest_only_evicts_low_tasks() -> None:
+    """ShedOldest evicts the oldest pending *Low* task (reference-facts.md section 2); with no Low
+    task pending there is no victim, so the submission is Overloaded and nothing is shed."""
+    sim = shed_sim(max_pending=2, policy=OverflowPolicy.SHED_OLDEST)
+    normals = [sim.submit("normal", priority=NORMAL) for _ in range(2)]
+    assert code_of(sim, priority=HIGH) is SubmitCode.OVERLOADED
+    assert code_of(sim, priority=NORMAL) is SubmitCode.OVERLOADED
+    assert all(sim.status(t) == "ready" for t in normals)
 
 
 def test_shed_oldest_never_evicts_running_or_fixed_start() -> None:

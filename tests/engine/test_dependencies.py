@@ -320,6 +320,25 @@ def test_cancelled_awaiting_child_is_not_woken_by_the_key() -> None:
     assert dispatched_ids(sim) == [parent]
 
 
+def test_two_edges_on_one_awaited_key_are_both_kept() -> None:
+    """Every edge counts, whether the parent was known at submission or awaited.
+
+    With the parent known, on_success + on_failure edges on it can never both hold, so the child
+    is Skipped; awaiting the key must give the same result, not drop the second edge.
+    """
+    known = make()
+    parent = known.submit("parent", key="k")
+    child = known.submit("child", deps=(Dep("k", ON_SUCCESS), Dep("k", ON_FAILURE)))
+    known.complete(known.lease_of(parent))
+    assert known.status(child) == "skipped"
+
+    awaited = awaiting_sim()
+    child = awaited.submit("child", deps=(Dep("k", ON_SUCCESS), Dep("k", ON_FAILURE)))
+    parent = awaited.submit("parent", key="k")
+    awaited.complete(awaited.lease_of(parent))
+    assert awaited.status(child) == "skipped"
+
+
 def test_awaiting_child_with_a_known_parent_too() -> None:
     sim = awaiting_sim()
     known = sim.submit("known", key="known")

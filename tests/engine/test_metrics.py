@@ -93,7 +93,7 @@ def test_gauges_describe_the_pool_now() -> None:
     s = snap(sim)
     assert s.capacity == 2 and s.busy == 2 and s.held == 0
     assert s.pending == 4
-    assert s.pending_by_class == (0, 1, 1, 2)  # the fixed-start task is Normal
+    assert s.pending_by_class == [0, 1, 1, 2]  # the fixed-start task is Normal
     assert s.ready == 3
     assert s.reservations == 1
     totals = sim.core.snapshot(sim.now)

@@ -450,7 +450,7 @@ class Harness:
             self.sim.advance(20)
 
 
-@settings(max_examples=70, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(operation, min_size=20, max_size=60))
 def test_random_workloads_keep_every_promise(ops: list[tuple[object, ...]]) -> None:
     harness = Harness()
@@ -458,7 +458,7 @@ def test_random_workloads_keep_every_promise(ops: list[tuple[object, ...]]) -> N
         harness.run(op)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(operation, min_size=15, max_size=40))
 def test_every_task_finishes_once_capacity_is_plentiful(ops: list[tuple[object, ...]]) -> None:
     """Liveness: with workers everywhere and every attempt succeeding, nothing is left waiting

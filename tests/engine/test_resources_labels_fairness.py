@@ -327,6 +327,19 @@ def test_label_waiter_starts_when_a_matching_group_connects() -> None:
     assert all(dict(lease.group) == A100 for lease in sim.dispatched)
 
 
+def test_free_group_serves_while_another_group_retires_slots() -> None:
+    """A matching worker that connects and is idle takes a waiting labeled task, even while a
+    different group still finishes an attempt above its (reduced) capacity."""
+    sim = label_sim(unlabeled=1)
+    plain = sim.submit("plain", pool="inference")
+    sim.set_capacity(0, pool="inference")              # the unlabeled worker leaves; its attempt goes on
+    assert sim.status(plain) == "running"
+    sim.set_capacity(1, pool="inference", labels=A100)  # a GPU worker connects, idle
+    needs_gpu = sim.submit("needs gpu", pool="inference", labels=A100)
+    assert sim.status(needs_gpu) == "running"
+    assert dict(sim.lease_of(needs_gpu).group) == A100
+
+
 def test_group_capacity_shows_in_snapshot() -> None:
     sim = label_sim(unlabeled=2)
     sim.set_capacity(3, pool="inference", labels=A100)
@@ -451,6 +464,18 @@ def test_deadline_tasks_are_outside_the_fair_share() -> None:
     # The deadline work did not use up globex's share of the rest.
     counts = Counter(order[8:48])
     assert 29 <= counts["acme"] <= 31, counts
+
+
+def test_retried_task_keeps_its_place_in_a_fair_pool() -> None:
+    """A retried task keeps its original submission time, so it keeps its place (book,
+    "Retry policy"); fair sharing orders tenants, not a tenant's own tasks among themselves."""
+    sim = Sim.make(PoolConfig("llm", max_workers=4, initial_workers=1, fairness=Fairness({}),
+                              retry=RetryPolicy(jitter=False)))
+    ids = [sim.submit(f"a{i}", pool="llm", tenant="a") for i in range(5)]
+    sim.fail(sim.lease_of(ids[0]))   # a0 retries after 1 s while a1 runs
+    sim.advance(2)
+    sim.complete(sim.lease_of(ids[1]))
+    assert [lease.payload for lease in sim.dispatched] == ["a0", "a1", "a0"]
 
 
 def test_tenant_alone_gets_everything() -> None:

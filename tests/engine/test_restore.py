@@ -333,3 +333,31 @@ def test_recurring_queue_overlap_survives_a_restart() -> None:
     assert new.status(second) == "blocked"
     new.complete(new.lease_of(first))
     assert new.status(second) == "running"
+
+
+def test_reports_from_the_previous_leader_are_stale() -> None:
+    old = persisting()
+    tid = old.submit("x")
+    old_lease = old.lease_of(tid)
+    new = crash_and_restore(old, at=1)
+    assert new.core.complete(new.now, old_lease.id, Success("late")) is False
+    assert new.core.heartbeat(new.now, old_lease.id) is False
+    new.step()
+    assert new.status(tid) == "retrying"
+    assert new.core.snapshot(new.now).totals["stale_completions"] == 1
+
+
+def test_restored_terminal_statuses_and_messages_are_kept() -> None:
+    old = persisting(pool(workers=3))
+    ok = old.submit("ok", key="ok")
+    bad = old.submit("bad", key="bad")
+    gone = old.submit("gone", key="gone")
+    old.complete(old.lease_of(ok), Success(1))
+    old.fail(old.lease_of(bad), "invalid input", permanent=True)
+    old.core.cancel(old.now, gone)
+    old.step()
+    new = crash_and_restore(old, pool(workers=3), at=30)
+    assert new.status("ok") == "succeeded"
+    assert new.status("bad") == "failed" and new.info("bad").message == "invalid input"
+    assert new.status("gone") == "cancelled"
+    assert new.dispatched == []
