@@ -29,6 +29,7 @@ run: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) loadtests/engine_bench.py
+	$(PY) loadtests/store_bench.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

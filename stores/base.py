@@ -90,6 +90,34 @@ class Codec(Protocol):
     def decode(self, data: bytes, /) -> Any: ...
 
 
+# One encoder, built once: ``json.dumps`` with non-default options builds a new one per call.
+_encode_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+def json_bytes(obj: Any) -> bytes:
+    """``obj`` as compact UTF-8 JSON; the same bytes as ``json.dumps(obj, ensure_ascii=False,
+    separators=(",", ":"))``, with the commonest scalars answered without the encoder."""
+    kind = type(obj)
+    if obj is None:
+        return b"null"
+    if kind is int:
+        return int.__repr__(obj).encode()
+    if kind is bool:
+        return b"true" if obj else b"false"
+    return _encode_json(obj).encode("utf-8")
+
+
+def json_value(data: bytes) -> Any:
+    """``json.loads(data)``, with the commonest payloads (``null``, small non-negative integers)
+    answered without the parser."""
+    if type(data) is bytes and len(data) < 19:
+        if data.isdigit() and (data[0] != 0x30 or len(data) == 1):  # JSON has no leading zeros
+            return int(data)
+        if data == b"null":
+            return None
+    return json.loads(data)
+
+
 class JsonCodec:
     """Plain JSON (UTF-8, compact, non-ASCII kept as is). Values JSON cannot hold raise TypeError.
 
@@ -99,10 +127,10 @@ class JsonCodec:
     __slots__ = ()
 
     def encode(self, obj: Any, /) -> bytes:
-        return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        return json_bytes(obj)
 
     def decode(self, data: bytes, /) -> Any:
-        return json.loads(data)
+        return json_value(data)
 
 
 class BytesOrJsonCodec:
@@ -121,12 +149,12 @@ class BytesOrJsonCodec:
     def encode(self, obj: Any, /) -> bytes:
         if isinstance(obj, bytes | bytearray | memoryview):
             return self._RAW + bytes(obj)
-        return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        return json_bytes(obj)
 
     def decode(self, data: bytes, /) -> Any:
         if data[:1] == self._RAW:
             return bytes(data[1:])
-        return json.loads(data)
+        return json_value(data)
 
 
 DEFAULT_CODEC: Codec = BytesOrJsonCodec()

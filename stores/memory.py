@@ -160,10 +160,11 @@ class MemoryStore:
         st = self.state
         cutoff = now - (self.retention if retention is None else retention)
         rec = R.Recovery(self.codec, now)
-        for row in st.tasks.values():
-            finished = row[R.T_FINISHED]
-            if finished is None or finished >= cutoff:
-                rec.add(self._read_row(row))
+        with R.gc_paused():
+            for row in st.tasks.values():
+                finished = row[R.T_FINISHED]
+                if finished is None or finished >= cutoff:
+                    rec.add(self._read_row(row))
         ids, keys = rec.missing_parents()
         if ids or keys:
             wanted_ids, wanted_keys = set(ids), set(keys)

@@ -13,9 +13,11 @@ Commits: a step travels as ONE SQL statement (one round trip, atomic on its own)
 common table expression locks the leader row ``FOR SHARE`` where the epoch still equals the
 caller's; every write in the statement is guarded by that row's presence, and the statement
 returns whether it was found. A stale epoch therefore writes nothing and raises ``Fenced``; a new
-leader's epoch increment waits for an in-flight commit of the old one, so recovery sees it. Rows
-travel as arrays (``unnest``), one data-modifying expression per kind of row, whatever the
-number of tasks.
+leader's epoch increment waits for an in-flight commit of the old one, so recovery sees it. Task
+rows and status rows travel as one JSON parameter each, schedule rows as arrays (``unnest``): one
+data-modifying expression per kind of row, whatever the number of tasks. New task rows go in with
+a plain INSERT; only a step committed again (a retry after an unknown outcome), whose tasks exist
+already, takes a second statement that upserts them (see ``_CommitSql``).
 
 Schema: every table lives in ``schema`` (created if missing). Migrations run on open inside one
 transaction holding a transaction-level advisory lock; tables named ``cronoq_*`` in the schema
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 import os
 import re
@@ -97,10 +100,25 @@ def _map_error(exc: BaseException, doing: str) -> StoreError:
 _PG_FAILURES = (OSError, asyncpg.InterfaceError, asyncpg.PostgresError, TimeoutError)
 
 
+async def _init_session(conn: Any) -> None:
+    """Set up each pooled connection.
+
+    asyncpg prepares each commit statement once, and after a few runs Postgres keeps one generic
+    plan for it. A plan made while the task table was small scans the table sequentially, and goes
+    on doing so as the table grows: a full scan per commit, each row checked against every id of
+    the step. Every statement the store runs has a primary-key or index path, so sequential scans
+    are ruled out for these sessions; recovery, which reads most of the table, turns them back on
+    for its own transaction. (A plain SET rather than a startup parameter, which connection
+    poolers such as PgBouncer refuse.)
+    """
+    await conn.execute("SET enable_seqscan = off")
+
+
 async def _keep_session(conn: Any) -> None:
-    """Pool reset hook. The store never changes session state on pooled connections, so the
-    default reset query (an extra round trip after every commit) is skipped; asyncpg still rolls
-    back a transaction left open."""
+    """Pool reset hook. The store changes no session state on pooled connections after
+    ``_init_session``, so the default reset query (an extra round trip after every commit, which
+    would also undo ``_init_session``) is skipped; asyncpg still rolls back a transaction left
+    open."""
 
 
 async def _check_owners(conn: Any, schema: str) -> None:
@@ -171,40 +189,96 @@ async def _check_shard(conn: Any, schema: str, shard: str | None) -> None:
             await conn.execute(f"UPDATE {s}.cronoq_shard SET shard = $1 WHERE id = 1", shard)
 
 
+_rows_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+def _rows_param(rows: list[list[Any]], blobs: tuple[int, ...]) -> str:
+    """Rows as one compact JSON array of arrays, with the bytea columns ``blobs`` in hex.
+
+    The rows are the commit's own (folded for this call), so they are edited in place.
+    """
+    for row in rows:
+        for i in blobs:
+            data = row[i]
+            if data is not None:
+                row[i] = data.hex()
+    return _rows_json(rows)
+
+
+def _statuses_param(rows: list[list[Any]]) -> str:
+    """Status rows as one JSON object: stored task id -> the row's other columns (output in hex)."""
+    by_id: dict[int, list[Any]] = {}
+    for row in rows:
+        values = row[1:]
+        if values[6] is not None:
+            values[6] = values[6].hex()
+        by_id[row[0]] = values
+    return _rows_json(by_id)
+
+
+def _json_columns(types: Sequence[str], n: int) -> str:
+    """The select list that unpacks element ``e`` of the JSON array parameter ``$n``."""
+    return ", ".join(f"decode(e->>{i}, 'hex')" if t == "bytea" else f"(e->>{i})::{t}" for i, t in enumerate(types))
+
+
+_TASK_BLOBS = tuple(i for i, t in enumerate(_TASK_TYPES) if t == "bytea")
+assert R.STATUS_COLUMNS[7] == "output" and _STATUS_TYPES[7] == "bytea"
+
+
 class _CommitSql:
-    """Builds the single statement of a commit; one text per combination of row kinds."""
+    """Builds the single statement of a commit; one text per combination of row kinds.
+
+    Task rows and status rows, the bulk of every step, travel as one ``jsonb`` parameter each,
+    bytea columns in hex: one text that ``json`` encodes in C, instead of one array per column
+    whose elements asyncpg checks and encodes one by one. Task rows are an array of row arrays,
+    unpacked with ``jsonb_array_elements``; status rows are an object keyed by task id, which each
+    updated row reads its values from. The rarer schedule rows keep one array per column.
+
+    Task rows are new in all but a repeated commit (a retry of a commit whose outcome was unknown),
+    so they go in with a plain INSERT, cheaper for the server than an upsert's speculative
+    insertion. ``build`` returns the shape of the statement; ``upsert_text(shape)`` is the same
+    statement with ``ON CONFLICT (id) DO UPDATE`` for the task rows, taking the same arguments, for
+    when the plain one hits a task that exists already.
+    """
 
     def __init__(self, s: str) -> None:
         self.s = s
         self._cache: dict[tuple[bool, ...], str] = {}
 
-    def build(self, epoch: int, batch: R.Batch) -> tuple[str, list[Any]]:
+    def upsert_text(self, shape: tuple[bool, ...]) -> str:
+        return self._sql((*shape[:5], True))
+
+    def _sql(self, shape: tuple[bool, ...]) -> str:
+        sql = self._cache.get(shape)
+        if sql is None:
+            sql = self._cache[shape] = self._text(shape)
+        return sql
+
+    def build(self, epoch: int, batch: R.Batch) -> tuple[str, list[Any], tuple[bool, ...]]:
         shape = (
             bool(batch.tasks),
             bool(batch.statuses),
             bool(batch.recurring),
             bool(batch.deleted),
             batch.max_id is not None,
+            False,  # upsert task rows
         )
         args: list[Any] = [epoch]
         if batch.tasks:
-            args.extend(list(col) for col in zip(*batch.tasks, strict=True))
+            args.append(_rows_param(batch.tasks, _TASK_BLOBS))
         if batch.statuses:
-            args.extend(list(col) for col in zip(*batch.statuses, strict=True))
+            args.append(_statuses_param(batch.statuses))
         if batch.recurring:
             args.extend(list(col) for col in zip(*batch.recurring, strict=True))
         if batch.deleted:
             args.append(batch.deleted)
         if batch.max_id is not None:
             args.append(batch.max_id)
-        sql = self._cache.get(shape)
-        if sql is None:
-            sql = self._cache[shape] = self._text(shape)
-        return sql, args
+        return self._sql(shape), args, shape
 
     def _text(self, shape: tuple[bool, ...]) -> str:
         s = self.s
-        has_tasks, has_statuses, has_recurring, has_deleted, has_high = shape
+        has_tasks, has_statuses, has_recurring, has_deleted, has_high, upsert = shape
         n = 1  # $1 is the epoch
         guard = "EXISTS (SELECT 1 FROM fence)"
 
@@ -216,21 +290,26 @@ class _CommitSql:
 
         parts = [f"fence AS (SELECT epoch FROM {s}.cronoq_leader WHERE id = 1 AND epoch = $1 FOR SHARE)"]
         if has_tasks:
+            n += 1
             sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in R.TASK_COLUMNS if c != "id")
             parts.append(
                 f"ins AS (INSERT INTO {s}.cronoq_tasks ({', '.join(R.TASK_COLUMNS)})"
-                f" SELECT * FROM unnest({params(_TASK_TYPES)}) WHERE {guard}"
-                f" ON CONFLICT (id) DO UPDATE SET {sets})"
+                f" SELECT {_json_columns(_TASK_TYPES, n)} FROM jsonb_array_elements(${n}::jsonb) AS e"
+                f" WHERE {guard}{f' ON CONFLICT (id) DO UPDATE SET {sets}' if upsert else ''})"
             )
         if has_statuses:
-            cols = ", ".join(R.STATUS_COLUMNS)
+            n += 1
+            # The status rows are a JSON object keyed by task id: each target row, found through
+            # the primary key, looks its values up by its own id. There is no join for the planner
+            # to get wrong; joining a JSON row set (estimated at 100 rows whatever its size) made
+            # it hash the whole table on every commit, or rescan the row set once per task.
+            u = f"(${n}::jsonb -> t.id::text)"
             parts.append(
-                f"upd AS (UPDATE {s}.cronoq_tasks t SET status = u.status, attempt = u.attempt,"
-                " message = u.message, started_at = COALESCE(u.started_at, t.started_at),"
-                " finished_at = u.finished_at, retry_at = u.retry_at, output = u.output,"
-                " has_output = u.has_output"
-                f" FROM unnest({params(_STATUS_TYPES)}) AS u({cols})"
-                f" WHERE t.id = u.id AND {guard})"
+                f"upd AS (UPDATE {s}.cronoq_tasks t SET status = {u}->>0, attempt = ({u}->>1)::bigint,"
+                f" message = {u}->>2, started_at = COALESCE(({u}->>3)::bigint, t.started_at),"
+                f" finished_at = ({u}->>4)::bigint, retry_at = ({u}->>5)::bigint,"
+                f" output = decode({u}->>6, 'hex'), has_output = ({u}->>7)::boolean"
+                f" WHERE t.id = ANY(ARRAY(SELECT jsonb_object_keys(${n}::jsonb)::bigint)) AND {guard})"
             )
         if has_recurring:
             sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in R.RECURRING_COLUMNS if c != "name")
@@ -334,6 +413,7 @@ class PostgresStore:
                     max_size=self.max_connections,
                     timeout=self.session_timeout,
                     server_settings={"application_name": "cronoq"},
+                    init=_init_session,
                     reset=_keep_session,
                 )
             except _PG_FAILURES as exc:
@@ -499,13 +579,20 @@ class PostgresStore:
         if self._epoch is None or epoch != self._epoch:
             raise Fenced(f"epoch {epoch} is not held by this store (current: {self._epoch})")
         batch = R.fold(mutations, self.codec)
-        sql, args = self._sql.build(epoch, batch)
+        sql, args, shape = self._sql.build(epoch, batch)
         loop = asyncio.get_running_loop()
         async with self._commit_lock:
             deadline = loop.time() + self.commit_timeout
             try:
                 async with self._pool.acquire(timeout=self.commit_timeout) as conn:
-                    found = await conn.fetchval(sql, *args, timeout=max(deadline - loop.time(), 0.001))
+                    try:
+                        found = await conn.fetchval(sql, *args, timeout=max(deadline - loop.time(), 0.001))
+                    except asyncpg.UniqueViolationError:
+                        # A task of this step is stored already: the step is being committed again.
+                        # Nothing was written; apply it with upserts, which leaves the same rows.
+                        found = await conn.fetchval(
+                            self._sql.upsert_text(shape), *args, timeout=max(deadline - loop.time(), 0.001)
+                        )
             except TimeoutError:
                 raise Unavailable(f"postgres commit took longer than {self.commit_timeout} s") from None
             except _PG_FAILURES as exc:
@@ -535,11 +622,14 @@ class PostgresStore:
         rec = R.Recovery(self.codec, now)
         try:
             async with self._pool.acquire() as conn, conn.transaction(isolation="repeatable_read"):
-                for row in await conn.fetch(
-                    f"SELECT {cols} FROM {s}.cronoq_tasks WHERE finished_at IS NULL OR finished_at >= $1 ORDER BY id",
-                    cutoff,
-                ):
-                    rec.add(row)
+                await conn.execute("SET LOCAL enable_seqscan = on")
+                with R.gc_paused():
+                    for row in await conn.fetch(
+                        f"SELECT {cols} FROM {s}.cronoq_tasks"
+                        " WHERE finished_at IS NULL OR finished_at >= $1 ORDER BY id",
+                        cutoff,
+                    ):
+                        rec.add(row)
                 ids, keys = rec.missing_parents()
                 if ids or keys:
                     parents = await conn.fetch(

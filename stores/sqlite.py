@@ -508,10 +508,12 @@ class SqliteStore:
     async def recover(self, now: int, retention: int | None = None) -> Recovered:
         await self.open()
         cutoff = now - (self.retention if retention is None else retention)
-        rows, rec_rows, high = await self._call("recovery", self._recover_sync, cutoff)
         rec = R.Recovery(self.codec, now)
-        for row in rows:
-            rec.add(row)
+        with R.gc_paused():
+            rows, rec_rows, high = await self._call("recovery", self._recover_sync, cutoff)
+            for row in rows:
+                rec.add(row)
+            del rows
         ids, keys = rec.missing_parents()
         if ids or keys:
             parents = await self._call("recovery", self._parents_sync, ids, keys)

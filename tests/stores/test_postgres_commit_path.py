@@ -1,0 +1,81 @@
+"""Postgres commit statements: their plans stay on the primary key, and a repeated step upserts."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from cronoq.engine.actions import Mutation, PutTask, SetStatus, TaskRecord
+from cronoq.engine.types import TaskSpec, TaskStatus
+from cronoq.stores import _rows as R
+from cronoq.stores.postgres import PostgresStore
+
+T0 = 1_700_000_000_000_000_000
+
+
+def put(task_id: int, status: TaskStatus = TaskStatus.READY) -> PutTask:
+    return PutTask(TaskRecord(task_id, "default", TaskSpec(payload={"i": task_id}), T0, status, 3))
+
+
+@pytest.fixture
+async def store(postgres_dsn: str, pg_schema: str) -> AsyncIterator[PostgresStore]:
+    s = PostgresStore(postgres_dsn, schema=pg_schema, lock_poll=0.05, max_connections=1)
+    yield s
+    await s.close()
+
+
+async def generic_plan(store: PostgresStore, epoch: int, step: list[Mutation]) -> str:
+    """The plan Postgres caches for the step's statement once it stops planning per call."""
+    sql, args, _ = store._sql.build(epoch, R.fold(step, store.codec))
+    async with store._pool.acquire() as conn, conn.transaction():
+        await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        return "\n".join(row[0] for row in await conn.fetch("EXPLAIN " + sql, *args))
+
+
+async def test_status_updates_find_rows_by_primary_key_on_a_small_table(store: PostgresStore) -> None:
+    # A plan made while the table is small is kept as the table grows: it must not scan the table
+    # (which a small table invites), or every later commit reads the whole table.
+    epoch = await store.acquire_leadership()
+    await store.commit(epoch, [put(i) for i in range(1, 4)])
+    steps: list[list[Mutation]] = [
+        [SetStatus(i, TaskStatus.RUNNING, 1, T0) for i in range(1, 4)],
+        [SetStatus(1, TaskStatus.SUCCEEDED, 1, T0, output=1, has_output=True), put(10)],
+    ]
+    for step in steps:
+        plan = await generic_plan(store, epoch, step)
+        assert "Seq Scan on cronoq_tasks" not in plan, plan
+        assert "cronoq_tasks_pkey" in plan, plan
+
+
+async def test_recovery_may_still_scan_the_table(store: PostgresStore) -> None:
+    epoch = await store.acquire_leadership()
+    await store.commit(epoch, [put(i) for i in range(1, 50)])
+    rec = await store.recover(T0)
+    assert [t.record.id for t in rec.tasks] == list(range(1, 50))
+    async with store._pool.acquire() as conn:  # SET LOCAL ended with recovery's transaction
+        assert await conn.fetchval("SHOW enable_seqscan") == "off"
+
+
+async def test_a_step_committed_again_is_upserted(store: PostgresStore) -> None:
+    epoch = await store.acquire_leadership()
+    first: list[Mutation] = [put(1), put(2), SetStatus(2, TaskStatus.RUNNING, 1, T0 + 1)]
+    await store.commit(epoch, first)
+    seen: list[str] = []
+    async with store._pool.acquire() as conn:  # the pool's only connection
+        conn.add_query_logger(lambda record: seen.append(record.query))
+
+    # The same tasks again, changed: the plain INSERT meets them, and the upsert replaces them.
+    again: list[Any] = [put(1, TaskStatus.BLOCKED), put(2), put(3)]
+    await store.commit(epoch, again)
+    assert len(seen) == 2 and "ON CONFLICT (id) DO UPDATE" in seen[1] and "ON CONFLICT (id)" not in seen[0]
+    rec = await store.recover(T0)
+    assert [(t.record.id, t.status, t.attempt) for t in rec.tasks] == [
+        (1, TaskStatus.BLOCKED, 0),
+        (2, TaskStatus.READY, 0),
+        (3, TaskStatus.READY, 0),
+    ]
+
+    seen.clear()
+    await store.commit(epoch, [put(4)])
+    assert len(seen) == 1  # new tasks: one statement

@@ -1,0 +1,139 @@
+"""The shortcuts of the row encoding give exactly what the general paths give.
+
+The codecs answer common scalars without the JSON encoder/parser, folding writes the spec text of
+plain specs from a table, and recovery recognises those texts without parsing them. Each shortcut
+is checked here against the general path it stands in for.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from typing import Any
+
+import pytest
+from cronoq.engine.actions import PutTask, SetStatus, TaskRecord
+from cronoq.engine.types import Dep, Priority, RetryPolicy, TaskSpec, TaskStatus
+from cronoq.stores import BytesOrJsonCodec, JsonCodec
+from cronoq.stores import _rows as R
+from cronoq.stores.base import json_bytes, json_value
+
+T0 = 1_700_000_000_000_000_000
+
+
+class Colour(enum.IntEnum):
+    RED = 1
+
+
+VALUES: list[Any] = [
+    None,
+    True,
+    False,
+    0,
+    7,
+    -12,
+    2**63,
+    10**30,
+    Colour.RED,
+    1.5,
+    float("nan"),
+    float("inf"),
+    "",
+    'grüße "quoted" \\ \n \u2028 \x01',
+    [1, None, "x"],
+    {"a": [1, 2.5, None, True], "b": {"c": "d"}},
+]
+
+
+@pytest.mark.parametrize("value", VALUES, ids=repr)
+def test_json_bytes_is_json_dumps(value: Any) -> None:
+    expected = json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+    assert json_bytes(value) == expected
+    assert JsonCodec().encode(value) == expected
+    assert BytesOrJsonCodec().encode(value) == expected
+
+
+def test_json_bytes_refuses_what_json_refuses() -> None:
+    with pytest.raises(TypeError):
+        json_bytes(object())
+    with pytest.raises(TypeError):
+        JsonCodec().encode({1, 2})
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"0", b"7", b"123456789012345678", b"1234567890123456789", b"00", b"01", b"-0", b"-5", b" 1", b"1 ",
+     b"1.0", b"1e3", b"null", b"nul", b"nullx", b'"x"', b"[]", b"", b"\xff\xfe not json"],
+    ids=repr,
+)  # fmt: skip
+def test_json_value_is_json_loads(data: bytes) -> None:
+    def outcome(fn: Any) -> tuple[str, Any]:
+        try:
+            value = fn(data)
+        except Exception as exc:  # the same kind of failure is what matters
+            return "error", type(exc).__name__
+        return type(value).__name__, value
+
+    assert outcome(json_value) == outcome(json.loads)
+    assert outcome(JsonCodec().decode) == outcome(json.loads)
+
+
+@pytest.mark.parametrize("status", list(TaskStatus), ids=lambda s: s.value)
+@pytest.mark.parametrize("spec_pool", [None, "default", "other"])
+def test_plain_spec_text_is_the_general_text(status: TaskStatus, spec_pool: str | None) -> None:
+    record = TaskRecord(1, "default", TaskSpec(payload=1, pool=spec_pool), T0, status, 3)
+    row = R.fold([PutTask(record)], JsonCodec()).tasks[0]
+    general = json.dumps(
+        {"status": status.value, **R._spec_fields(record.spec, "default")},
+        ensure_ascii=False,
+        separators=(",", ":"),
+        allow_nan=False,
+    )
+    assert row[R.T_SPEC] == general
+
+
+def read_row(full_row: list[Any]) -> list[Any]:
+    return [*full_row[: R.T_OUTPUT_FULL], full_row[R.T_HAS_OUTPUT_FULL]]
+
+
+SPECS = [
+    TaskSpec(payload=5),
+    TaskSpec(payload=None, pool="default", key="k", tenant="t", priority=Priority.HIGH),
+    TaskSpec(payload={"x": [1, 2]}, pool="other", kind="etl"),
+    TaskSpec(
+        payload="p",
+        retry=RetryPolicy(max_attempts=4, initial_backoff=1, multiplier=2.0, max_backoff=9, jitter=True),
+        deps=(Dep(3), Dep("parent")),
+        tags={"a": "b"},
+    ),
+]
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=range(len(SPECS)))
+def test_decoding_with_and_without_the_shortcut_agree(spec: TaskSpec) -> None:
+    codec = JsonCodec()
+    record = TaskRecord(9, "default", spec, T0, TaskStatus.READY, 3)
+    batch = R.fold([PutTask(record), SetStatus(9, TaskStatus.RUNNING, 1, T0 + 1)], codec)
+    row = read_row(batch.tasks[0])
+    fast = R.decode_task(row, codec)
+    # The same spec written with spaces is not one of the known texts: it takes the parser.
+    slow_row = list(row)
+    slow_row[R.T_SPEC] = json.dumps(json.loads(row[R.T_SPEC]), separators=(", ", ": "))
+    assert slow_row[R.T_SPEC] != row[R.T_SPEC]
+    slow = R.decode_task(slow_row, codec)
+    assert fast == slow
+    assert fast.record == record
+    assert (fast.status, fast.attempt, fast.started_at) == (TaskStatus.RUNNING, 1, T0 + 1)
+
+
+def test_checked_names_are_still_refused_when_bad() -> None:
+    assert R.check_text("pool-a", "pool name") == "pool-a"
+    assert R.check_text("pool-a", "pool name") == "pool-a"  # now remembered
+    with pytest.raises(ValueError, match="NUL"):
+        R.check_text("po\0ol", "pool name")
+    with pytest.raises(ValueError, match="Unicode"):
+        R.check_text("lone \ud800", "pool name")
+    with pytest.raises(ValueError, match="string"):
+        R.check_text(5, "pool name")
+    with pytest.raises(ValueError, match="string"):
+        R.check_text(["list"], "pool name")
