@@ -4,8 +4,11 @@ Leadership: a session-level ``pg_try_advisory_lock`` on a dedicated connection (
 session), tried every ``lock_poll``. The key is derived from the schema name, so every instance
 configured with the same schema competes for the same lock, and different schemas are
 independent clusters. On success the epoch in ``cronoq_leader`` is incremented. The leader reads
-the epoch back over its lock session every ``keepalive``; a session that fails, or does not answer
-within ``session_timeout``, means leadership is lost (``lost`` is set). The lock session also asks
+the epoch back over its lock session every ``keepalive``. A session that fails (a database restart,
+a broken connection) is replaced: the leader takes the lock back on a new session if it is still
+free and the epoch is still its own, so a short outage costs no failover. Leadership is lost
+(``lost`` is set) when that does not succeed within ``session_timeout`` of the last good check,
+when another instance holds the lock, or when the epoch moved on. The lock session also asks
 the server for TCP keepalives derived from ``session_timeout``, so the server drops the session
 (and its lock) of a leader that vanished.
 
@@ -521,6 +524,10 @@ class PostgresStore:
         return epoch
 
     async def _keepalive_loop(self, conn: Any, epoch: int) -> None:
+        """Check the lock session every ``keepalive``. When it fails (the server restarted, the
+        connection broke), try to take the lock back on a new session until ``session_timeout``
+        has passed since the last good check: if the lock is free and the epoch is still ours,
+        nobody led in between, and this instance keeps leading through a short outage."""
         query = f"SELECT epoch FROM {self._s}.cronoq_leader WHERE id = 1"
         last_ok = time.monotonic()
         while self._epoch == epoch:
@@ -528,20 +535,65 @@ class PostgresStore:
             if self._epoch != epoch:
                 return
             remaining = self.session_timeout - (time.monotonic() - last_ok)
-            try:
-                if remaining <= 0:
-                    raise TimeoutError
-                current = await conn.fetchval(query, timeout=remaining)
-            except TimeoutError:
+            if remaining <= 0:
                 self._lose(epoch, f"the lock session did not answer for {self.session_timeout} s")
                 return
+            try:
+                current = await conn.fetchval(query, timeout=remaining)
+            except TimeoutError:
+                continue  # checked against session_timeout on the next round
             except _PG_FAILURES as exc:
-                self._lose(epoch, f"the lock session failed: {type(exc).__name__}: {exc}")
-                return
+                log.warning("postgres lock session of schema %s failed (%s: %s); trying to take the lock back",
+                            self.schema, type(exc).__name__, exc)
+                reclaimed = await self._reclaim(epoch, last_ok)
+                if reclaimed is None:
+                    return
+                conn = reclaimed
+                last_ok = time.monotonic()
+                continue
             if current != epoch:
                 self._lose(epoch, f"the epoch moved on to {current}")
                 return
             last_ok = time.monotonic()
+
+    async def _reclaim(self, epoch: int, last_ok: float) -> Any:
+        """A new lock session holding the lock with our epoch unchanged, or None (lost)."""
+        self._lock_conn = None
+        while self._epoch == epoch:
+            remaining = self.session_timeout - (time.monotonic() - last_ok)
+            if remaining <= 0:
+                self._lose(epoch, f"the lock session could not be restored within {self.session_timeout} s")
+                return None
+            try:
+                conn = await asyncpg.connect(
+                    self.dsn, timeout=max(min(remaining, self.session_timeout), 0.1),
+                    server_settings=self._lock_settings(),
+                )
+            except (OSError, TimeoutError, *_PG_FAILURES):
+                await asyncio.sleep(min(self.lock_poll, max(remaining, 0.01)))
+                continue
+            try:
+                got = await conn.fetchval("SELECT pg_try_advisory_lock($1)", self._key, timeout=remaining)
+                current = await conn.fetchval(
+                    f"SELECT epoch FROM {self._s}.cronoq_leader WHERE id = 1", timeout=remaining
+                ) if got else None
+            except (OSError, TimeoutError, *_PG_FAILURES):
+                conn.terminate()
+                await asyncio.sleep(min(self.lock_poll, max(remaining, 0.01)))
+                continue
+            if not got:
+                conn.terminate()
+                self._lose(epoch, "another instance holds the lock")
+                return None
+            if current != epoch:
+                conn.terminate()
+                self._lose(epoch, f"the epoch moved on to {current}")
+                return None
+            self._lock_conn = conn
+            log.warning("postgres lock session of schema %s restored; still leading with epoch %d",
+                        self.schema, epoch)
+            return conn
+        return None
 
     def _lose(self, epoch: int, why: str) -> None:
         if self._epoch != epoch:

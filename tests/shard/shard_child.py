@@ -29,13 +29,13 @@ def say(line: str) -> None:
     sys.stdout.flush()
 
 
-def open_store(spec: str) -> Any:
+def open_store(spec: str, session_timeout: float) -> Any:
     kind, _, rest = spec.partition(":")
     if kind == "sqlite":
         return SqliteStore(rest, lease_ttl=1.0, lease_renew=0.2, lock_poll=0.1)
     if kind == "postgres":
         dsn, _, schema = rest.rpartition("#")
-        return PostgresStore(dsn, schema=schema, lock_poll=0.1, keepalive=0.2, session_timeout=2.0)
+        return PostgresStore(dsn, schema=schema, lock_poll=0.1, keepalive=0.2, session_timeout=session_timeout)
     raise SystemExit(f"unknown store {spec!r}")
 
 
@@ -47,6 +47,7 @@ async def main() -> None:
     parser.add_argument("--slots", type=int, default=4)
     parser.add_argument("--log", default=os.devnull)
     parser.add_argument("--exit-when-idle", action="store_true")
+    parser.add_argument("--session-timeout", type=float, default=2.0)
     args = parser.parse_args()
     log_fd = os.open(args.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
 
@@ -61,7 +62,7 @@ async def main() -> None:
 
     pool = cronoq.Pool("default", work, max=args.slots, autoscale=False,
                        retry=cronoq.RetryPolicy(max_attempts=5, initial_backoff=0.01, max_backoff=0.05))
-    sched = cronoq.Scheduler([pool], store=open_store(args.store))
+    sched = cronoq.Scheduler([pool], store=open_store(args.store, args.session_timeout))
     await sched.start()
     driver = sched._driver
     assert driver is not None

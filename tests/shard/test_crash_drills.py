@@ -154,3 +154,30 @@ async def _terminate_lock_sessions(dsn: str) -> None:
     finally:
         await conn.close()
 
+
+
+def test_store_outage_keeps_the_shard_running_and_loses_nothing(private_postgres: object, tmp_path: Path) -> None:
+    """The database goes away for a few seconds: durable calls wait, no new attempt starts, and
+    afterwards every acknowledged task completes."""
+    cluster = private_postgres
+    store = f"postgres:{cluster.dsn}#outage"  # type: ignore[attr-defined]
+    log = tmp_path / "attempts.log"
+    shard = ShardProcess("--store", store, "--submit", "60", "--run-seconds", "0.1", "--slots", "2",
+                         "--log", str(log), "--exit-when-idle", "--session-timeout", "10")
+    try:
+        shard.wait_for(lambda lines: sum(line.startswith("ACK") for line in lines) == 60)
+        deadline = time.monotonic() + 20
+        while sum(1 for e in log_lines(log) if e[0] == "done") < 4 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        cluster.pause()  # type: ignore[attr-defined]
+        time.sleep(3)
+        assert shard.proc.poll() is None, "the shard must keep running through a short outage"
+        cluster.resume()  # type: ignore[attr-defined]
+        shard.wait_for(lambda lines: "IDLE" in lines, timeout=90)
+        assert shard.wait_exit() == 0
+    finally:
+        shard.kill()
+    assert not any(line.startswith("DOWN") for line in shard.lines), shard.lines[-5:]
+    statuses = asyncio.run(_final_statuses("postgres", tmp_path, cluster.dsn, "outage"))  # type: ignore[attr-defined]
+    assert all(statuses.get(task_id) is TaskStatus.SUCCEEDED for task_id in shard.acked())
+    _check_attempts(log)
