@@ -29,6 +29,7 @@ run: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) loadtests/engine_bench.py
+	$(PY) loadtests/embedded_bench.py
 	$(PY) loadtests/store_bench.py
 
 clean:
