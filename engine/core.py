@@ -130,6 +130,9 @@ _RETRYING: Final = TaskStatus.RETRYING
 _BLOCKED: Final = TaskStatus.BLOCKED
 _SCHEDULED: Final = TaskStatus.SCHEDULED
 
+# How soon to look at token-bucket waiters again when one looked wakeable but was not woken.
+_REFILL_RETRY: Final = 1_000_000
+
 # A holding fixed-start task sorts ahead of every due task that still needs a free slot.
 _HOLDING_KEY: Final = -1.0
 
@@ -1249,8 +1252,14 @@ class Core:
 
     def _arm_refill(self, now: int) -> None:
         when = self._resources.next_refill(now)
-        if when is not None and (self._refill_timer_at is None or when < self._refill_timer_at
-                                 or self._refill_timer_at < now):
+        if when is None:
+            return
+        if when <= now:
+            # Someone could be woken already: this step's wake-up pass missed it (it was waiting
+            # for a slot, or its claim settled after the pass). Look again shortly, never "now",
+            # so that a waiter that cannot start yet does not keep the driver busy.
+            when = now + _REFILL_RETRY
+        if self._refill_timer_at is None or when < self._refill_timer_at or self._refill_timer_at < now:
             self._refill_timer_at = when
             self._push_timer(when, _T_REFILL, None, 0)
 

@@ -268,8 +268,13 @@ class Driver:
                             with contextlib.suppress(TimeoutError):
                                 async with asyncio.timeout(delay):
                                     await wake.wait()
+                        else:
+                            await asyncio.sleep(0)  # due already: step, but never starve the loop
                     if self._stop_requested:
                         continue
+                else:
+                    # Back-to-back steps still give the event loop a turn (I/O, listeners, timers).
+                    await asyncio.sleep(0)
                 if lost is not None and lost.is_set():
                     if inflight is not None:
                         inflight.fail(NotLeader("not the leader (leadership lost)"))

@@ -12,7 +12,7 @@ term, ``None`` while this server is a standby (every call then answers UNAVAILAB
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from functools import wraps
 from typing import Any, ParamSpec, TypeVar
 
@@ -61,7 +61,7 @@ class Api:
 
     # ------------------------------------------------------------------------------- helpers
 
-    def _svc(self) -> ShardService:
+    def current(self) -> ShardService:
         service = self.service
         if service is None or not service.leading:
             raise ApiError.unavailable()
@@ -80,7 +80,7 @@ class Api:
             return cap
         return min(convert.duration_s(requested, "timeout"), cap)
 
-    def _check_pool(self, principal: Principal, pool: str) -> None:
+    def check_pool(self, principal: Principal, pool: str) -> None:
         """A pool a request names: in scope, known, and served here."""
         principal.check_pool(pool, self._all_pools)
         if pool not in self._pool_set:
@@ -97,7 +97,7 @@ class Api:
         (``None`` when that is every pool)."""
         if pools:
             for pool in pools:
-                self._check_pool(principal, pool)
+                self.check_pool(principal, pool)
             return list(dict.fromkeys(pools))
         if not principal.scoped:
             return None
@@ -105,13 +105,13 @@ class Api:
 
     def _spec(self, principal: Principal, message: pb.TaskSpec, now: int) -> TaskSpec:
         spec = convert.task_spec(message, now, self.limits)
-        self._check_pool(principal, spec.pool or self.default_pool)
+        self.check_pool(principal, spec.pool or self.default_pool)
         spec.tenant = principal.tenant_for(spec.tenant)
         return spec
 
     async def _visible_info(self, principal: Principal, ref: TaskRef) -> tuple[TaskInfo, bool]:
         """A task the caller may see; tasks of other pools look like they do not exist."""
-        found = await self._svc().get(ref)
+        found = await self.current().get(ref)
         if found is None or not principal.sees(found[0].pool):
             raise ApiError.not_found("task not found")
         return found
@@ -136,7 +136,7 @@ class Api:
                 out.append(None if info is None else info.pool)
             return out
 
-        found: list[str | None] = await self._svc().driver.call(pools_of)
+        found: list[str | None] = await self.current().driver.call(pools_of)
         position = 0
         for index, spec in enumerate(specs):
             where = "" if len(specs) == 1 else f"task {index}: "
@@ -156,7 +156,7 @@ class Api:
         """A duplicate key resolves to an existing task: refuse one the caller may not see."""
         if not principal.scoped:
             return
-        service = self._svc()
+        service = self.current()
         for task_id in ids:
             found = await service.get(task_id)
             if found is not None and not principal.sees(found[0].pool):
@@ -170,7 +170,7 @@ class Api:
         if request.HasField("wait_timeout_s") and not request.wait:
             raise ApiError.invalid("wait_timeout_s is only valid with wait")
         timeout = self.wait_limit(request.wait_timeout_s if request.HasField("wait_timeout_s") else None)
-        service = self._svc()
+        service = self.current()
         spec = self._spec(principal, request.task, self.clock())
         await self._check_references(principal, [spec])
         task_id, duplicate = await service.submit(spec)
@@ -190,7 +190,7 @@ class Api:
             raise ApiError.invalid(f"a batch may hold at most {self.limits.max_tasks_per_batch} tasks, not {count}")
         if count == 0:
             return pb.SubmitBatchResponse()
-        service = self._svc()
+        service = self.current()
         now = self.clock()
         specs: list[TaskSpec] = []
         for index, message in enumerate(request.tasks):
@@ -219,7 +219,7 @@ class Api:
         principal.require(Role.CLIENT)
         statuses = convert.list_statuses(request.statuses)
         pools = self._scope(principal, list(request.pools))
-        service = self._svc()
+        service = self.current()
         if pools is not None and not pools:
             return pb.ListTasksResponse()
         limit = request.limit or DEFAULT_LIST_LIMIT
@@ -235,7 +235,7 @@ class Api:
         principal.require(Role.CLIENT)
         ref = convert.task_ref(request.task)
         timeout = self.wait_limit(request.timeout_s if request.HasField("timeout_s") else None)
-        service = self._svc()
+        service = self.current()
         if principal.scoped:
             info, _ = await self._visible_info(principal, ref)
             ref = info.id
@@ -245,22 +245,22 @@ class Api:
     async def cancel(self, principal: Principal, request: pb.CancelRequest) -> pb.CancelResponse:
         principal.require(Role.CLIENT)
         ref = convert.task_ref(request.task)
-        service = self._svc()
+        service = self.current()
         if principal.scoped:
             info, _ = await self._visible_info(principal, ref)
             ref = info.id
         return pb.CancelResponse(cancelled=await service.cancel(ref))
 
     @_api_errors
-    async def watch(self, principal: Principal, request: pb.WatchRequest) -> AsyncIterator[pb.StatusEvent]:
+    async def watch(self, principal: Principal, request: pb.WatchRequest) -> AsyncGenerator[pb.StatusEvent, None]:
         """Subscribe now (errors are raised here), then stream events from the returned iterator.
 
         The iterator ends by raising ``ApiError``: UNAVAILABLE when this server stops leading or
         shuts down, DATA_LOSS when the reader fell too far behind."""
         principal.require(Role.CLIENT)
         pools = self._scope(principal, list(request.pools))
-        keys = [convert._text(key, "keys") for key in request.keys]
-        service = self._svc()
+        keys = [convert.text(key, "keys") for key in request.keys]
+        service = self.current()
         subscription = service.watch(None if pools is None else set(pools), list(request.ids), keys,
                                      request.all_transitions)  # fmt: skip
         return _events(subscription)
@@ -268,7 +268,7 @@ class Api:
     # ------------------------------------------------------------------------------- Admin
 
     async def _snapshot_parts(self, principal: Principal) -> tuple[Any, dict[str, int], list[str] | None]:
-        service = self._svc()
+        service = self.current()
         snap = await service.snapshot()
         workers: dict[str, int] = {}
         for session in service.workers_in(None):
@@ -289,16 +289,16 @@ class Api:
 
         principal.require(Role.METRICS)
         snap, workers, visible = await self._snapshot_parts(principal)
-        service = self._svc()
+        service = self.current()
         return render(snap, workers, service.desired, visible), CONTENT_TYPE
 
     @_api_errors
     async def add_recurring(self, principal: Principal, request: pb.RecurringRequest) -> pb.Empty:
         principal.require(Role.ADMIN)
         spec = convert.recurring_spec(request, self.limits)
-        self._check_pool(principal, spec.template.pool or self.default_pool)
+        self.check_pool(principal, spec.template.pool or self.default_pool)
         spec.template.tenant = principal.tenant_for(spec.template.tenant)
-        service = self._svc()
+        service = self.current()
         if principal.scoped:
             # Replacing a schedule of a pool outside the scope would move it into the caller's.
             for info in await service.list_recurring():
@@ -313,7 +313,7 @@ class Api:
         self, principal: Principal, request: pb.RemoveRecurringRequest
     ) -> pb.RemoveRecurringResponse:
         principal.require(Role.ADMIN)
-        service = self._svc()
+        service = self.current()
         if principal.scoped:
             infos = {info.name: info for info in await service.list_recurring()}
             info = infos.get(request.name)
@@ -324,7 +324,7 @@ class Api:
     @_api_errors
     async def list_workers(self, principal: Principal, request: pb.Empty | None = None) -> pb.ListWorkersResponse:
         principal.require(Role.METRICS)
-        service = self._svc()
+        service = self.current()
         pools = set(principal.visible(self.pools)) if principal.scoped else None
         sessions = sorted(service.workers_in(pools), key=lambda session: session.id)
         return pb.ListWorkersResponse(workers=[convert.worker_info(session) for session in sessions])
@@ -332,13 +332,13 @@ class Api:
     @_api_errors
     async def list_recurring(self, principal: Principal, request: pb.Empty | None = None) -> pb.ListRecurringResponse:
         principal.require(Role.METRICS)
-        infos = await self._svc().list_recurring()
+        infos = await self.current().list_recurring()
         return pb.ListRecurringResponse(
             schedules=[convert.recurring_info(info) for info in infos if principal.sees(info.pool)]
         )
 
 
-async def _events(subscription: Subscription) -> AsyncIterator[pb.StatusEvent]:
+async def _events(subscription: Subscription) -> AsyncGenerator[pb.StatusEvent, None]:
     try:
         while True:
             try:

@@ -179,7 +179,7 @@ class ServerApp:
                 service = await self._acquire()
                 if service is None:
                     break
-                await server.stop(0)
+                await _stop_server(server, 0)
                 server = await self._listen(standby=False)
                 stepped_down = await self._lead(service)
                 if not stepped_down:
@@ -188,13 +188,13 @@ class ServerApp:
                 log.warning("leadership lost (%s); standing by", service.driver.stop_reason or "unknown")
                 self.api.service = None
                 self.service = None
-                await server.stop(SHUTDOWN_LINGER_S)
+                await _stop_server(server, SHUTDOWN_LINGER_S)
                 with contextlib.suppress(Exception):
                     await self.store.release_leadership()
                 server = await self._listen(standby=True)
         finally:
             self.api.service = None
-            await server.stop(0)
+            await _stop_server(server, 0)
             await self._scaler.close()
             with contextlib.suppress(Exception):
                 await self.store.close()
@@ -278,8 +278,16 @@ class ServerApp:
         log.info("shutting down: running attempts get %.1fs", self._grace)
         await service.shutdown(self._grace)
         # Work streams send Shutdown and linger briefly; unary calls in flight finish.
-        await server.stop(SHUTDOWN_LINGER_S + 0.5)
+        await _stop_server(server, SHUTDOWN_LINGER_S + 0.5)
         log.info("stopped")
+
+
+async def _stop_server(server: grpc.aio.Server, grace: float) -> None:
+    """Stop a listener; never wait much longer than ``grace`` for it."""
+    try:
+        await asyncio.wait_for(server.stop(grace), grace + 5.0)
+    except TimeoutError:
+        log.warning("the gRPC listener did not stop within %.1fs", grace + 5.0)
 
 
 class _WebhookScaler:

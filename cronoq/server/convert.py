@@ -66,6 +66,7 @@ __all__ = [
     "task_ref",
     "task_result",
     "task_spec",
+    "text",
     "worker_info",
 ]
 
@@ -156,7 +157,7 @@ def duration_s(value: float, what: str) -> float:
     return float(value)
 
 
-def _text(value: str, what: str, max_len: int | None = None) -> str:
+def text(value: str, what: str, max_len: int | None = None) -> str:
     if "\0" in value:
         raise ApiError.invalid(f"{what} must not contain NUL characters")
     if max_len is not None and len(value) > max_len:
@@ -169,8 +170,8 @@ def _string_map(values: Mapping[str, str], what: str, limits: LimitsConfig) -> d
         raise ApiError.invalid(f"{what}: more than {limits.max_tags} entries")
     out: dict[str, str] = {}
     for name, value in values.items():
-        _text(name, f"{what} name", limits.max_tag_len)
-        _text(value, f"{what} value", limits.max_tag_len)
+        text(name, f"{what} name", limits.max_tag_len)
+        text(value, f"{what} value", limits.max_tag_len)
         out[name] = value
     return out
 
@@ -195,7 +196,7 @@ def task_ref(ref: pb.TaskRef, what: str = "task") -> TaskRef:
     if which == "key":
         if not ref.key:
             raise ApiError.invalid(f"{what}: the key must not be empty")
-        return _text(ref.key, f"{what} key")
+        return text(ref.key, f"{what} key")
     raise ApiError.invalid(f"{what}: give an id or a key")
 
 
@@ -226,28 +227,28 @@ def _retry(policy: pb.RetryPolicy) -> RetryPolicy:
 
 def _common(m: pb.TaskSpec, limits: LimitsConfig) -> TaskSpec:
     """Every field but the times, deadlines and dependencies."""
-    content_type = _text(m.content_type, "content_type")
+    content_type = text(m.content_type, "content_type")
     if len(content_type) > MAX_CONTENT_TYPE_LEN:
         raise ApiError.invalid(f"content_type is longer than {MAX_CONTENT_TYPE_LEN} characters")
     if len(m.resources) > limits.max_resources:
         raise ApiError.invalid(f"resources: more than {limits.max_resources} entries")
     resources: dict[str, int] = {}
     for name, amount in m.resources.items():
-        _text(name, "resource name", limits.max_key_len)
+        text(name, "resource name", limits.max_key_len)
         resources[name] = int(amount)
     spec = TaskSpec(
         payload=Blob(bytes(m.payload), content_type),
-        pool=_text(m.pool, "pool", limits.max_key_len) or None,
-        kind=_text(m.kind, "kind", limits.max_kind_len) or "default",
+        pool=text(m.pool, "pool", limits.max_key_len) or None,
+        kind=text(m.kind, "kind", limits.max_kind_len) or "default",
         priority=_enum(_PRIORITY_IN, m.priority, "priority"),  # type: ignore[arg-type]
-        key=_text(m.key, "key", limits.max_key_len) or None,
+        key=text(m.key, "key", limits.max_key_len) or None,
         duration_hint=duration_ns(m.duration_hint_s, "duration_hint_s") if m.HasField("duration_hint_s") else None,
         timeout=duration_ns(m.timeout_s, "timeout_s") if m.HasField("timeout_s") else None,
         retry=_retry(m.retry) if m.HasField("retry") else None,
         resources=resources,
         tags=_string_map(m.tags, "tags", limits),
         labels=_string_map(m.labels, "labels", limits),
-        tenant=_text(m.tenant, "tenant", limits.max_key_len) or None,
+        tenant=text(m.tenant, "tenant", limits.max_key_len) or None,
     )
     return spec
 
@@ -280,7 +281,7 @@ def task_spec(m: pb.TaskSpec, now: int, limits: LimitsConfig) -> TaskSpec:
             raise ApiError.invalid(f"deps[{index}]: give the id or key of the task it depends on")
         target = task_ref(dep.target, f"deps[{index}]")
         if isinstance(target, str):
-            _text(target, f"deps[{index}] key", limits.max_key_len)
+            text(target, f"deps[{index}] key", limits.max_key_len)
         deps.append(Dep(target, _enum(_COND_IN, dep.cond, f"deps[{index}].cond")))  # type: ignore[arg-type]
     spec.deps = tuple(deps)
     return spec
@@ -297,9 +298,9 @@ def recurring_spec(m: pb.RecurringRequest, limits: LimitsConfig) -> RecurringSpe
         raise ApiError.invalid("a recurring template may not set dependencies (use overlap = OVERLAP_QUEUE)")
     if not m.name:
         raise ApiError.invalid("a schedule needs a name")
-    _text(m.name, "name", limits.max_key_len)
-    _text(m.cron, "cron")
-    _text(m.tz, "tz")
+    text(m.name, "name", limits.max_key_len)
+    text(m.cron, "cron")
+    text(m.tz, "tz")
     spec = _common(template, limits)
     tolerance = (
         duration_ns(template.tolerance_s, "tolerance_s") if template.HasField("tolerance_s") else _DEFAULT_TOLERANCE

@@ -93,7 +93,7 @@ def _authorization(context: grpc.aio.ServicerContext[Any, Any]) -> str | None:
 
 async def _abort(context: grpc.aio.ServicerContext[Any, Any], error: ApiError) -> Any:
     if error.metadata:
-        context.set_trailing_metadata(error.metadata)
+        await context.abort(error.code.grpc, error.message, trailing_metadata=error.metadata)
     await context.abort(error.code.grpc, error.message)
 
 
@@ -159,8 +159,11 @@ class GrpcServices(pbg.TasksServicer, pbg.AdminServicer, pbg.WorkersServicer):
         try:
             principal = self._principal(context)
             events = await self.api.watch(principal, request)
-            async for event in events:
-                await context.write(event)
+            try:
+                async for event in events:
+                    await context.write(event)
+            finally:
+                await events.aclose()  # ends the subscription at once, also when the caller left
         except ApiError as error:
             await _abort(context, error)
 
@@ -192,7 +195,7 @@ class GrpcServices(pbg.TasksServicer, pbg.AdminServicer, pbg.WorkersServicer):
             try:
                 principal = self._principal(context)
                 principal.require(Role.WORKER)
-                self.api._svc()
+                self.api.current()
             except ApiError as error:
                 refusal = error
             try:
@@ -221,19 +224,19 @@ class GrpcServices(pbg.TasksServicer, pbg.AdminServicer, pbg.WorkersServicer):
                 f"{PROTOCOL_VERSION}",
             )
         pool = register.pool or self.api.default_pool
-        convert._text(pool, "pool")
-        self.api._check_pool(principal, pool)
+        convert.text(pool, "pool")
+        self.api.check_pool(principal, pool)
         labels = dict(register.labels)
         for name, value in labels.items():
-            convert._text(name, "label name", self.limits.max_tag_len)
-            convert._text(value, "label value", self.limits.max_tag_len)
+            convert.text(name, "label name", self.limits.max_tag_len)
+            convert.text(value, "label value", self.limits.max_tag_len)
         principal.check_labels(labels)
-        name = convert._text(register.worker_name, "worker_name", self.limits.max_key_len)
+        name = convert.text(register.worker_name, "worker_name", self.limits.max_key_len)
         if register.slots < 1:
             raise ApiError.invalid("a worker needs at least one slot")
         section = self.api.config.pool(pool)
         granted = min(register.slots, section.slots_cap(self.limits))
-        service = self.api._svc()
+        service = self.api.current()
         try:
             session = service.register_worker(pool, granted, name, labels, register.protocol_version)
         except Exception as exc:
@@ -258,6 +261,7 @@ class _WorkStream:
     async def run(self) -> None:
         session, context = self.session, self.context
         reason = "worker disconnected"
+        error: ApiError | None = None
         writer: asyncio.Task[str] | None = None
         reader: asyncio.Task[str] | None = None
         try:
@@ -275,27 +279,26 @@ class _WorkStream:
             if reader in done:
                 if reader.exception() is None and reader.result() == "second register":
                     reason = "second register"
-                    raise ApiError.invalid("a second Register ends the stream")
-                return
-            if writer.exception() is not None:
-                return
-            ending = writer.result()
-            if ending == "shutdown":
-                # Give the worker a moment to close its side, then end the call.
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(reader), SHUTDOWN_LINGER_S)
-                reason = "server shutting down"
-                return
-            closed = getattr(self.service, "close_reason", None)
-            reason = (closed(session) if closed is not None else None) or "worker stopped reading its stream"
-            raise ApiError(Code.UNAVAILABLE, f"disconnected: {reason}")
-        except ApiError as error:
-            await _abort(context, error)
+                    error = ApiError.invalid("a second Register ends the stream")
+            elif writer.exception() is None:
+                if writer.result() == "shutdown":
+                    # Give the worker a moment to close its side, then end the call.
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(asyncio.shield(reader), SHUTDOWN_LINGER_S)
+                    reason = "server shutting down"
+                else:
+                    closed = getattr(self.service, "close_reason", None)
+                    reason = (closed(session) if closed is not None else None) or "worker stopped reading its stream"
+                    error = ApiError(Code.UNAVAILABLE, f"disconnected: {reason}")
         finally:
-            for task in (writer, reader):
-                if task is not None and not task.done():
-                    task.cancel()
+            # No read or write may be in flight when the call's status goes out.
+            pending = [task for task in (writer, reader) if task is not None]
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
             self.service.unregister_worker(session, reason)
+        if error is not None:
+            await _abort(context, error)
 
     async def _write(self) -> str:
         session, context = self.session, self.context

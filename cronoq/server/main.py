@@ -63,6 +63,14 @@ def _check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _setup_diagnostics() -> None:
+    """SIGUSR1 dumps every thread's Python stack to stderr (for a server that seems stuck)."""
+    import faulthandler
+
+    if hasattr(signal, "SIGUSR1"):
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+
+
 def _setup_logging() -> None:
     level = os.environ.get("CRONOQ_LOG", "info").strip().upper() or "INFO"
     logging.basicConfig(
@@ -128,6 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.check:
         return _check(args)
     _setup_logging()
+    _setup_diagnostics()
     try:
         config = _load(args, resolve_env=True)
         problems = config.file_errors()

@@ -1,0 +1,179 @@
+"""Real ``cronoq-server`` processes for the server tests.
+
+``ServerProcess`` writes a configuration (``{port}`` in it is replaced by a random port), starts
+``python -m cronoq.server.main`` and waits for the line the server prints once it listens. A
+process that exits with "Address already in use" is started again on another port.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CLIENT_TOKEN = "client-token-0123456789abcdef"
+WORKER_TOKEN = "worker-token-0123456789abcdef"
+METRICS_TOKEN = "metrics-token-0123456789abcdef"
+ADMIN_TOKEN = "admin-token-0123456789abcdef"
+SCOPED_CLIENT_TOKEN = "scoped-client-0123456789abcdef"
+SCOPED_METRICS_TOKEN = "scoped-metrics-0123456789abcdef"
+TENANT_TOKEN = "tenant-a-token-0123456789abcdef"
+LABELED_WORKER_TOKEN = "gpu-worker-token-0123456789abcdef"
+
+
+def _random_port() -> int:
+    return random.randint(20000, 59999)
+
+
+class ServerProcess:
+    def __init__(self, directory: Path, config: str | None, *, name: str = "server", args: tuple[str, ...] = (),
+                 env: dict[str, str] | None = None) -> None:  # fmt: skip
+        self.directory = directory
+        self.config_template = config
+        self.name = name
+        self.args = args
+        self.env = env or {}
+        self.proc: subprocess.Popen[str] | None = None
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.seen: list[str] = []
+        self.port = 0
+        self.stderr_path = directory / f"{name}.stderr"
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, expect: str = "listening", timeout: float = 30.0, attempts: int = 6) -> ServerProcess:
+        for _ in range(attempts):
+            self.port = _random_port()
+            self._spawn()
+            try:
+                self.wait_for(expect, timeout)
+                self.seen.clear()  # later waits look for lines printed after the start
+                return self
+            except RuntimeError:
+                if self.proc is not None and self.proc.poll() is not None and "Address already in use" in self.stderr():
+                    continue
+                raise
+        raise RuntimeError(f"{self.name}: no free port found")
+
+    def _spawn(self) -> None:
+        cmd = [sys.executable, "-m", "cronoq.server.main", *self.args]
+        if self.config_template is not None:
+            path = self.directory / f"{self.name}.toml"
+            path.write_text(self.config_template.replace("{port}", str(self.port)))
+            cmd += ["--config", str(path)]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
+        env.pop("CRONOQ_CONFIG", None)
+        stderr = open(self.stderr_path, "w")  # noqa: SIM115 - handed to the child
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr, text=True, cwd=ROOT, env=env)
+        stderr.close()
+        self.lines = queue.Queue()
+        self.seen = []
+        threading.Thread(target=self._pump, args=(self.proc, self.lines), daemon=True).start()
+
+    @staticmethod
+    def _pump(proc: subprocess.Popen[str], lines: queue.Queue[str | None]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.put(line.rstrip("\n"))
+        lines.put(None)
+
+    def wait_for(self, word: str, timeout: float = 30.0) -> str:
+        """The next stdout line containing ``word``; RuntimeError if the process ends first."""
+        deadline = time.monotonic() + timeout
+        for line in self.seen:
+            if word in line:
+                self.seen.remove(line)
+                return line
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self.signal(signal.SIGUSR1)  # the server dumps its stacks to stderr
+                time.sleep(0.5)
+                raise RuntimeError(f"{self.name}: no line with {word!r} within {timeout}s\n{self.stderr()[-6000:]}")
+            try:
+                line = self.lines.get(timeout=remaining)
+            except queue.Empty:
+                continue
+            if line is None:
+                assert self.proc is not None
+                self.proc.wait(5)
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}\n{self.stderr()[-3000:]}")
+            if word in line:
+                return line
+            self.seen.append(line)
+
+    def stderr(self) -> str:
+        try:
+            return self.stderr_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def signal(self, sig: int) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+
+    def stop(self, timeout: float = 20.0) -> int | None:
+        """SIGTERM, then wait; SIGKILL if it does not exit."""
+        if self.proc is None:
+            return None
+        self.signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+            raise
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, **(env or {})}
+    full_env.pop("CRONOQ_CONFIG", None)
+    return subprocess.run([sys.executable, "-m", "cronoq.server.main", *args], capture_output=True, text=True,
+                          cwd=ROOT, env=full_env, timeout=timeout)  # fmt: skip
+
+
+class ChildWorker:
+    """A ``cronoq.client.Worker`` in its own process (``worker_child.py``) whose handler hangs,
+    so tests can kill or freeze a worker that holds a lease."""
+
+    def __init__(self, target: str, pool: str, token: str) -> None:
+        script = Path(__file__).with_name("worker_child.py")
+        self.proc = subprocess.Popen([sys.executable, str(script), target, pool, token], stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, cwd=ROOT)  # fmt: skip
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=ServerProcess._pump, args=(self.proc, self.lines), daemon=True).start()
+
+    def wait_for(self, word: str, timeout: float = 20.0) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise RuntimeError(f"worker child printed no {word!r}")
+            try:
+                line = self.lines.get(timeout=remaining)
+            except queue.Empty:
+                continue
+            if line is None:
+                raise RuntimeError(f"worker child exited with {self.proc.wait(5)}")
+            if word in line:
+                return line
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(5)
