@@ -40,6 +40,7 @@ from .api import Api
 from .auth import Authenticator
 from .convert import core_config
 from .grpc_service import SHUTDOWN_LINGER_S, GrpcServices, server_options
+from .http import HttpGateway, ListenError, start_http
 from .service import ServerShardService
 
 __all__ = ["BindError", "ServerApp", "make_store"]
@@ -129,6 +130,7 @@ class ServerApp:
         self._stop = asyncio.Event()
         self._grace = config.server.shutdown_grace_s
         self.service: ShardService | None = None
+        self.http: HttpGateway | None = None
         self._scaler = _WebhookScaler(config)
 
     # ------------------------------------------------------------------------------- control
@@ -173,7 +175,17 @@ class ServerApp:
         """Serve until ``stop()``. Raises ``BindError`` when the listener cannot bind."""
         for warning in self.config.warnings:
             log.warning("configuration: %s", warning)
-        server = await self._listen(standby=True)
+        # The HTTP gateway runs for the whole process: it asks the Api on every request whether
+        # this node is the serving leader (standbys answer 503, /readyz included).
+        try:
+            self.http = await start_http(self.api, self.config, authenticator=self.authenticator)
+        except ListenError as exc:
+            raise BindError(str(exc)) from None
+        try:
+            server = await self._listen(standby=True)
+        except BaseException:
+            await self.http.close()
+            raise
         try:
             while not self._stop.is_set():
                 service = await self._acquire()
@@ -195,6 +207,7 @@ class ServerApp:
         finally:
             self.api.service = None
             await _stop_server(server, 0)
+            await self.http.close()
             await self._scaler.close()
             with contextlib.suppress(Exception):
                 await self.store.close()

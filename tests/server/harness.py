@@ -69,7 +69,11 @@ class ServerProcess:
         cmd = [sys.executable, "-m", "cronoq.server.main", *self.args]
         if self.config_template is not None:
             path = self.directory / f"{self.name}.toml"
-            path.write_text(self.config_template.replace("{port}", str(self.port)))
+            text = self.config_template.replace("{port}", str(self.port))
+            if "http_addr" not in text and "[server]" in text:
+                # The HTTP gateway needs a port of its own (the default 7071 would collide).
+                text = text.replace("[server]", f'[server]\nhttp_addr = "127.0.0.1:{_random_port()}"', 1)
+            path.write_text(text)
             cmd += ["--config", str(path)]
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         env.pop("CRONOQ_CONFIG", None)

@@ -32,6 +32,7 @@ async def app() -> AsyncIterator[tuple[ServerApp, str]]:
     config = Config.parse(f"""
 [server]
 grpc_addr = "127.0.0.1:0"
+http_addr = "127.0.0.1:0"
 shutdown_grace_s = 0.5
 
 [[auth.tokens]]
@@ -266,6 +267,7 @@ async def test_a_pool_of_another_shard_is_refused_with_its_endpoint() -> None:
     config = Config.parse("""
 [server]
 grpc_addr = "127.0.0.1:0"
+http_addr = "127.0.0.1:0"
 shard = "one"
 
 [[pools]]

@@ -1,0 +1,998 @@
+"""The HTTP/JSON gateway: the Tasks service (without Watch), the read-only Admin calls, metrics
+and health probes over HTTP/1.1.
+
+Each request is turned into the same ``cronoq.v1`` request message a gRPC caller would send and
+handed to the transport-independent handlers of ``cronoq.server.api``; their protobuf answers
+are turned into JSON here. JSON is converted exactly once on the way in and once on the way
+out, and nothing in this module decides scheduling questions.
+
+What the gateway itself enforces, in this order, before a handler runs:
+
+1. DNS-rebinding guard: with authentication off (and no ``insecure_no_auth``) a request whose
+   ``Host`` is not a loopback name or address gets 403.
+2. The route: unknown paths 404, known paths with another method 405.
+3. At most ``limits.max_concurrent_requests`` requests in flight (429 beyond; probes do not
+   count), each within its time limit: ``limits.request_timeout_s``, and ``POST``/``GET
+   /v1/tasks`` and every ``/result`` route get ``limits.max_wait_s`` on top (504 when it runs
+   out, also while a body is still arriving).
+4. Credentials (``authorization: Bearer`` or a mapped client certificate), 401 otherwise;
+   only the serving leader answers ``/v1`` and ``/metrics`` (503 otherwise); the route's role
+   (403). All of this happens before a request body is read.
+5. Bodies: ``content-type: application/json`` (415), at most ``limits.max_http_body_bytes``
+   (413), valid UTF-8 JSON with no unknown fields and no duplicate names (400).
+
+Ids and ``*_unix_ns`` times are JSON strings in every answer and are accepted as strings or
+numbers. Errors are ``{"error": message, "code": reason}`` with the status of ``ApiError``.
+
+``start_http`` binds ``server.http_addr`` (and ``server.metrics_addr`` when set) and returns an
+``HttpGateway``; the process starts it once and keeps it across leadership changes, because
+``Api`` itself knows whether this server is serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import json
+import logging
+import math
+import re
+import socket
+import ssl
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, NoReturn
+from urllib.parse import unquote
+
+from aiohttp import web
+
+from cronoq.config import Config, Role, TlsConfig, is_loopback_host, parse_socket_addr
+from cronoq.proto import cronoq_pb2 as pb
+
+from . import openapi
+from .api import Api
+from .auth import Authenticator, Principal
+from .errors import NOT_LEADER_MESSAGE, ApiError, Code
+
+__all__ = ["METRICS_ROUTES", "ROUTES", "HttpError", "HttpGateway", "ListenError", "Route", "start_http"]
+
+log = logging.getLogger("cronoq.server")
+
+JSON_TYPE = "application/json"
+SHUTDOWN_TIMEOUT_S = 2.0
+"""How long closing the gateway waits for requests in flight before cancelling them."""
+
+_UINT32_MAX = 2**32 - 1
+_UINT64_MAX = 2**64 - 1
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_DECIMAL = re.compile(r"[0-9]{1,20}")
+_SIGNED_DECIMAL = re.compile(r"-?[0-9]{1,19}")
+
+
+# ======================================================================================= routes
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One operation of the gateway. ``path`` uses OpenAPI templating (``{id}``, ``{key}``)."""
+
+    method: str
+    path: str
+    handler: str
+    """Name of the ``_Gateway`` coroutine that serves it (also the OpenAPI ``operationId``)."""
+    role: Role | None
+    """Role the caller needs; ``None`` with ``authenticated`` means any valid credential."""
+    authenticated: bool = True
+    leader_only: bool = True
+    """Only the serving leader answers (503 on a standby or while stopping)."""
+    waits: bool = False
+    """Gets ``limits.max_wait_s`` on top of ``limits.request_timeout_s``."""
+    body: bool = False
+    """Reads a JSON request body."""
+    query: tuple[str, ...] = ()
+    """Query parameters it accepts; any other is a 400."""
+
+    @property
+    def segments(self) -> tuple[str, ...]:
+        return tuple(self.path.split("/")[1:])
+
+
+ROUTES: tuple[Route, ...] = (
+    Route("POST", "/v1/tasks", "submit", Role.CLIENT, waits=True, body=True),
+    Route("GET", "/v1/tasks", "list_tasks", Role.CLIENT, waits=True, query=("pool", "status", "limit", "after")),
+    Route("POST", "/v1/tasks:batch", "submit_batch", Role.CLIENT, body=True),
+    # The by-key routes come first: ``/v1/tasks/by-key/result`` names the key "result".
+    Route("GET", "/v1/tasks/by-key/{key}", "get_task", Role.CLIENT),
+    Route("DELETE", "/v1/tasks/by-key/{key}", "cancel_task", Role.CLIENT),
+    Route("GET", "/v1/tasks/by-key/{key}/result", "task_result", Role.CLIENT, waits=True, query=("timeout_s",)),
+    Route("GET", "/v1/tasks/{id}", "get_task", Role.CLIENT),
+    Route("DELETE", "/v1/tasks/{id}", "cancel_task", Role.CLIENT),
+    Route("GET", "/v1/tasks/{id}/result", "task_result", Role.CLIENT, waits=True, query=("timeout_s",)),
+    Route("GET", "/v1/snapshot", "snapshot", Role.METRICS),
+    Route("GET", "/v1/workers", "list_workers", Role.METRICS),
+    Route("GET", "/v1/recurring", "list_recurring", Role.METRICS),
+    Route("GET", "/v1/openapi.json", "openapi", None, leader_only=False),
+    Route("GET", "/metrics", "metrics", Role.METRICS),
+    Route("GET", "/healthz", "healthz", None, authenticated=False, leader_only=False),
+    Route("GET", "/readyz", "readyz", None, authenticated=False, leader_only=False),
+)
+"""Every operation of the main listener (``server.http_addr``), in matching order."""
+
+METRICS_ROUTES: tuple[Route, ...] = (
+    Route("GET", "/metrics", "metrics", None, authenticated=False),
+    Route("GET", "/healthz", "healthz", None, authenticated=False, leader_only=False),
+    Route("GET", "/readyz", "readyz", None, authenticated=False, leader_only=False),
+)
+"""The operations of the optional ``server.metrics_addr`` listener: no credentials, no TLS."""
+
+
+# ======================================================================================= errors
+
+
+class HttpError(Exception):
+    """A failure answered as ``{"error": message, "code": reason}`` with ``status``."""
+
+    def __init__(self, status: int, reason: str, message: str, headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.headers = dict(headers or {})
+
+    @classmethod
+    def of(cls, error: ApiError) -> HttpError:
+        headers = dict(error.metadata)
+        if error.code is Code.UNAUTHENTICATED:
+            headers["www-authenticate"] = "Bearer"
+        return cls(error.code.http, error.code.reason, error.message, headers)
+
+
+def _bad(message: str) -> NoReturn:
+    raise ApiError.invalid(message)
+
+
+# ================================================================================ JSON: decoding
+
+
+def _no_constants(name: str) -> NoReturn:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _unique_names(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for name, _ in pairs:
+            if name in seen:
+                raise ValueError(f"the name {name!r} appears twice in one object")
+            seen.add(name)
+    return out
+
+
+def parse_json(data: bytes) -> Any:
+    """A request body as JSON: UTF-8, no NaN/Infinity, no name twice in one object."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        _bad("the request body is not valid UTF-8")
+    try:
+        return json.loads(text, parse_constant=_no_constants, object_pairs_hook=_unique_names)
+    except RecursionError:
+        _bad("malformed JSON: nested too deeply")
+    except ValueError as exc:
+        _bad(f"malformed JSON: {exc}")
+
+
+def _string(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        _bad(f"{what} must be a string")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        _bad(f"{what} is not valid Unicode (lone surrogate)")
+    if "\0" in value:
+        _bad(f"{what} must not contain NUL characters")
+    return value
+
+
+def _boolean(value: Any, what: str) -> bool:
+    if not isinstance(value, bool):
+        _bad(f"{what} must be true or false")
+    return value
+
+
+def _seconds(value: Any, what: str) -> float:
+    """A duration in seconds (a JSON number). Its range is checked where it is used."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        _bad(f"{what} must be a number of seconds")
+    try:
+        seconds = float(value)
+    except OverflowError:
+        _bad(f"invalid duration: {what} is out of range")
+    if not math.isfinite(seconds) or seconds < 0:
+        _bad(f"invalid duration: {what} must be a finite number of seconds, not negative")
+    return seconds
+
+
+def _whole(value: Any) -> int | None:
+    """A JSON number that is a whole number (``3`` or ``3.0``) as an int, else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def _unsigned(value: Any, what: str, maximum: int) -> int:
+    number = _whole(value)
+    if number is None:
+        _bad(f"{what} must be a whole number")
+    if not 0 <= number <= maximum:
+        _bad(f"{what} must be between 0 and {maximum}")
+    return number
+
+
+def task_id(value: Any, what: str = "id") -> int:
+    """A task id given as a decimal string or a JSON number. A whole number above the 64-bit
+    range is well-formed but names no task: NOT_FOUND."""
+    if isinstance(value, str):
+        if not _DECIMAL.fullmatch(value):
+            _bad(f"{what} must be a decimal task id")
+        number = int(value)
+    elif (whole := _whole(value)) is None:
+        _bad(f"{what} must be a task id (a decimal string or a number)")
+    else:
+        number = whole
+    if number < 0:
+        _bad(f"{what} must not be negative")
+    if number > _UINT64_MAX:
+        raise ApiError.not_found(f"{what}: no task has the id {number}")
+    return number
+
+
+def _unix_ns(value: Any, what: str) -> int:
+    """Unix nanoseconds given as a decimal string or a JSON integer."""
+    if isinstance(value, str):
+        if not _SIGNED_DECIMAL.fullmatch(value):
+            _bad(f"{what} must be whole Unix nanoseconds (a decimal string or an integer)")
+        number = int(value)
+    elif (whole := _whole(value)) is None:
+        _bad(f"{what} must be whole Unix nanoseconds (a decimal string or an integer)")
+    else:
+        number = whole
+    if not _INT64_MIN <= number <= _INT64_MAX:
+        _bad(f"{what} is out of range")
+    return number
+
+
+class _Fields:
+    """A JSON object read field by field: ``take`` each known one, then ``done`` refuses the rest.
+    A field that is ``null`` counts as absent."""
+
+    def __init__(self, value: Any, what: str) -> None:
+        if not isinstance(value, dict):
+            _bad(f"{what} must be a JSON object")
+        self._left = dict(value)
+        self.what = what
+
+    def take(self, name: str) -> Any:
+        return self._left.pop(name, None)
+
+    def done(self) -> None:
+        if self._left:
+            names = ", ".join(sorted(repr(name) for name in self._left))
+            _bad(f"unknown field{'s' if len(self._left) > 1 else ''} {names} in {self.what}")
+
+
+def _names(enum: Any, prefix: str) -> dict[str, int]:
+    """Lower-case JSON names of a protobuf enum (without its UNSPECIFIED value)."""
+    return {name[len(prefix) :].lower(): number for name, number in enum.items() if number}
+
+
+PRIORITIES = _names(pb.Priority, "PRIORITY_")
+STATUSES = _names(pb.TaskStatus, "TASK_STATUS_")
+MISS_POLICIES = _names(pb.MissPolicy, "MISS_POLICY_")
+EDGE_CONDS = _names(pb.EdgeCond, "EDGE_COND_")
+OVERLAPS = _names(pb.Overlap, "OVERLAP_")
+
+_PRIORITY_OUT = {number: name for name, number in PRIORITIES.items()} | {pb.PRIORITY_UNSPECIFIED: "normal"}
+_STATUS_OUT = {number: name for name, number in STATUSES.items()}
+_OVERLAP_OUT = {number: name for name, number in OVERLAPS.items()} | {pb.OVERLAP_UNSPECIFIED: "skip"}
+
+
+def _choice(value: Any, names: Mapping[str, int], what: str) -> int:
+    text = _string(value, what)
+    number = names.get(text)
+    if number is None:
+        _bad(f"{what}: unknown value {text!r}; expected one of {', '.join(names)}")
+    return number
+
+
+def _string_map(value: Any, what: str) -> dict[str, str]:
+    if not isinstance(value, dict):
+        _bad(f"{what} must be an object of strings")
+    return {_string(name, f"{what} name"): _string(item, f"{what}[{name!r}]") for name, item in value.items()}
+
+
+def _task_ref(value: Any, what: str) -> pb.TaskRef:
+    """A dependency target: a key (string), an id (number) or ``{"id": ...}`` / ``{"key": ...}``."""
+    if isinstance(value, str):
+        return pb.TaskRef(key=_string(value, what))
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return pb.TaskRef(id=task_id(value, what))
+    fields = _Fields(value, what)
+    ref = _ref_fields(fields, what)
+    fields.done()
+    return ref
+
+
+def _ref_fields(fields: _Fields, what: str) -> pb.TaskRef:
+    task, key = fields.take("id"), fields.take("key")
+    if (task is None) == (key is None):
+        _bad(f"{what}: give exactly one of id and key")
+    if task is not None:
+        return pb.TaskRef(id=task_id(task, f"{what}.id"))
+    return pb.TaskRef(key=_string(key, f"{what}.key"))
+
+
+def _list(value: Any, what: str) -> list[Any]:
+    if not isinstance(value, list):
+        _bad(f"{what} must be a list")
+    return value
+
+
+def _retry(value: Any) -> pb.RetryPolicy:
+    fields = _Fields(value, "retry")
+    policy = pb.RetryPolicy(jitter=True)  # the engine's default when the field is left out
+    if (attempts := fields.take("max_attempts")) is not None:
+        policy.max_attempts = _unsigned(attempts, "retry.max_attempts", _UINT32_MAX)
+    for name in ("initial_backoff_s", "multiplier", "max_backoff_s"):
+        if (number := fields.take(name)) is not None:
+            setattr(policy, name, _seconds(number, f"retry.{name}"))
+    if (jitter := fields.take("jitter")) is not None:
+        policy.jitter = _boolean(jitter, "retry.jitter")
+    fields.done()
+    return policy
+
+
+_TEXT_FIELDS = ("pool", "kind", "key", "tenant")
+_DURATION_FIELDS = ("deadline_in_s", "start_in_s", "tolerance_s", "duration_hint_s", "timeout_s")
+_UNIX_FIELDS = ("deadline_unix_ns", "start_unix_ns")
+
+
+def task_spec(value: Any, what: str = "the task") -> pb.TaskSpec:
+    """The HTTP task object as a ``cronoq.v1.TaskSpec``."""
+    fields = _Fields(value, what)
+    spec = _task_fields(fields)
+    fields.done()
+    return spec
+
+
+def _task_fields(fields: _Fields) -> pb.TaskSpec:
+    spec = pb.TaskSpec()
+    payload, encoded = fields.take("payload"), fields.take("payload_b64")
+    if payload is not None and encoded is not None:
+        _bad("give payload or payload_b64, not both")
+    content_type = ""
+    if payload is not None:
+        try:
+            spec.payload = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        except UnicodeEncodeError:
+            _bad("payload is not valid Unicode (lone surrogate)")
+        content_type = JSON_TYPE
+    elif encoded is not None:
+        try:
+            spec.payload = base64.b64decode(_string(encoded, "payload_b64"), validate=True)
+        except (binascii.Error, ValueError):
+            _bad("payload_b64 is not valid base64")
+        content_type = "application/octet-stream"
+    if (given := fields.take("content_type")) is not None:
+        content_type = _string(given, "content_type")
+    spec.content_type = content_type
+    for name in _TEXT_FIELDS:
+        if (text := fields.take(name)) is not None:
+            setattr(spec, name, _string(text, name))
+    if (priority := fields.take("priority")) is not None:
+        spec.priority = _choice(priority, PRIORITIES, "priority")  # type: ignore[assignment]
+    for name in _DURATION_FIELDS:
+        if (number := fields.take(name)) is not None:
+            setattr(spec, name, _seconds(number, name))
+    for name in _UNIX_FIELDS:
+        if (at := fields.take(name)) is not None:
+            setattr(spec, name, _unix_ns(at, name))
+    if (on_miss := fields.take("on_miss")) is not None:
+        spec.on_miss = _choice(on_miss, MISS_POLICIES, "on_miss")  # type: ignore[assignment]
+    if (retry := fields.take("retry")) is not None:
+        spec.retry.CopyFrom(_retry(retry))
+    if (after := fields.take("after")) is not None:
+        for index, item in enumerate(_list(after, "after")):
+            spec.deps.add(target=_task_ref(item, f"after[{index}]"), cond=pb.EDGE_COND_ON_SUCCESS)
+    if (deps := fields.take("deps")) is not None:
+        for index, item in enumerate(_list(deps, "deps")):
+            what = f"deps[{index}]"
+            dep_fields = _Fields(item, what)
+            target = _ref_fields(dep_fields, what)
+            cond = dep_fields.take("cond")
+            dep_fields.done()
+            number = pb.EDGE_COND_ON_SUCCESS if cond is None else _choice(cond, EDGE_CONDS, f"{what}.cond")
+            spec.deps.add(target=target, cond=number)
+    if (resources := fields.take("resources")) is not None:
+        if not isinstance(resources, dict):
+            _bad("resources must be an object of whole numbers")
+        for name, amount in resources.items():
+            spec.resources[_string(name, "resource name")] = _unsigned(amount, f"resources[{name!r}]", _UINT32_MAX)
+    for name in ("tags", "labels"):
+        if (mapping := fields.take(name)) is not None:
+            getattr(spec, name).update(_string_map(mapping, name))
+    return spec
+
+
+def submit_request(value: Any) -> pb.SubmitRequest:
+    """The body of ``POST /v1/tasks``: a task object plus ``wait`` and ``wait_timeout_s``."""
+    fields = _Fields(value, "the task")
+    request = pb.SubmitRequest()
+    if (wait := fields.take("wait")) is not None:
+        request.wait = _boolean(wait, "wait")
+    if (timeout := fields.take("wait_timeout_s")) is not None:
+        request.wait_timeout_s = _seconds(timeout, "wait_timeout_s")
+    request.task.CopyFrom(_task_fields(fields))
+    fields.done()
+    return request
+
+
+def batch_request(value: Any, max_tasks: int) -> pb.SubmitBatchRequest:
+    """The body of ``POST /v1/tasks:batch``: ``{"tasks": [task object, ...]}``."""
+    fields = _Fields(value, "the batch")
+    tasks = fields.take("tasks")
+    fields.done()
+    if tasks is None:
+        _bad("the batch needs a tasks list")
+    items = _list(tasks, "tasks")
+    if len(items) > max_tasks:
+        _bad(f"a batch may hold at most {max_tasks} tasks, not {len(items)}")
+    request = pb.SubmitBatchRequest()
+    for index, item in enumerate(items):
+        try:
+            request.tasks.append(task_spec(item, "the task"))
+        except ApiError as err:
+            raise ApiError(err.code, f"task {index}: {err.message}") from None
+    return request
+
+
+# ================================================================================ JSON: encoding
+
+
+def _ns(value: int) -> str:
+    return str(value)
+
+
+def output_json(data: bytes) -> tuple[bool, Any]:
+    """``(True, value)`` when a task's output bytes are a JSON document."""
+    if not data:
+        return False, None
+    try:
+        return True, json.loads(data.decode("utf-8"), parse_constant=_no_constants)
+    except (ValueError, RecursionError):
+        return False, None
+
+
+def task_info_json(m: pb.TaskInfo) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": str(m.id),
+        "status": _STATUS_OUT.get(m.status, "unspecified"),
+        "pool": m.pool,
+        "kind": m.kind,
+        "priority": _PRIORITY_OUT.get(m.priority, "normal"),
+        "attempt": m.attempt,
+        "max_attempts": m.max_attempts,
+        "output_available": m.output_available,
+    }
+    if m.key:
+        out["key"] = m.key
+    if m.tenant:
+        out["tenant"] = m.tenant
+    if m.message:
+        out["message"] = m.message
+    for name in ("created_unix_ns", "started_unix_ns", "finished_unix_ns"):
+        if m.HasField(name):
+            out[name] = _ns(getattr(m, name))
+    return out
+
+
+def result_json(m: pb.TaskResult) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": str(m.id),
+        "status": _STATUS_OUT.get(m.status, "unspecified"),
+        "output_available": m.output_available,
+    }
+    if m.HasField("output"):
+        is_json, value = output_json(m.output)
+        if is_json:
+            out["output"] = value
+        out["output_b64"] = base64.b64encode(m.output).decode("ascii")
+    if m.message:
+        out["message"] = m.message
+    return out
+
+
+def submit_json(m: pb.SubmitResponse) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": str(m.id), "duplicate": m.duplicate}
+    if m.HasField("result"):
+        out["result"] = result_json(m.result)
+    return out
+
+
+def _shards(out: dict[str, Any], shards: Iterable[str], *, always: bool = False) -> dict[str, Any]:
+    names = list(shards)
+    if names or always:
+        out["unavailable_shards"] = names
+    return out
+
+
+def list_json(m: pb.ListTasksResponse) -> dict[str, Any]:
+    out: dict[str, Any] = {"tasks": [task_info_json(info) for info in m.tasks]}
+    if m.next_after:
+        out["next_after"] = str(m.next_after)
+    return _shards(out, m.unavailable_shards)
+
+
+def snapshot_json(m: pb.SnapshotResponse) -> dict[str, Any]:
+    pools = []
+    for pool in m.pools:
+        pools.append({
+            "name": pool.name,
+            "capacity": pool.capacity,
+            "busy": pool.busy,
+            "held": pool.held,
+            "desired": pool.desired,
+            "pending": sum(pool.pending_by_class),
+            "pending_by_class": list(pool.pending_by_class),
+            "reservations": pool.reservations,
+            "dispatched": pool.dispatched,
+            "succeeded": pool.succeeded,
+            "failed": pool.failed,
+            "priority_adherence": pool.priority_adherence,
+            "fixed_start_hit_rate": pool.fixed_start_hit_rate,
+            "utilization": pool.utilization,
+            "schedule_efficiency": pool.schedule_efficiency,
+            "wait_p50_s": pool.wait_p50_s,
+            "wait_p90_s": pool.wait_p90_s,
+            "wait_p99_s": pool.wait_p99_s,
+            "cost": pool.cost,
+            "workers_connected": pool.workers_connected,
+            "groups": [
+                {"labels": dict(group.labels), "capacity": group.capacity, "busy": group.busy}
+                for group in pool.groups
+            ],
+        })
+    totals = {field.name: getattr(m.totals, field.name) for field in m.totals.DESCRIPTOR.fields}
+    out: dict[str, Any] = {
+        "live_tasks": m.live_tasks,
+        "running": m.running,
+        "pending": m.pending,
+        "workers_connected": m.workers_connected,
+        "pools": pools,
+        "totals": totals,
+    }
+    return _shards(out, m.unavailable_shards, always=True)
+
+
+def workers_json(m: pb.ListWorkersResponse) -> dict[str, Any]:
+    workers = [
+        {
+            "id": str(worker.id),
+            "name": worker.name,
+            "pool": worker.pool,
+            "labels": dict(worker.labels),
+            "slots": worker.slots,
+            "busy": worker.busy,
+            "connected_unix_ns": _ns(worker.connected_unix_ns),
+        }
+        for worker in m.workers
+    ]
+    return _shards({"workers": workers}, m.unavailable_shards)
+
+
+def recurring_json(m: pb.ListRecurringResponse) -> dict[str, Any]:
+    schedules = []
+    for info in m.schedules:
+        item: dict[str, Any] = {
+            "name": info.name,
+            "cron": info.cron,
+            "pool": info.pool,
+            "kind": info.kind,
+            "overlap": _OVERLAP_OUT.get(info.overlap, "skip"),
+        }
+        if info.tz:
+            item["tz"] = info.tz
+        if info.HasField("next_unix_ns"):
+            item["next_unix_ns"] = _ns(info.next_unix_ns)
+        if info.HasField("last_task_id"):
+            item["last_task_id"] = str(info.last_task_id)
+        schedules.append(item)
+    return _shards({"schedules": schedules}, m.unavailable_shards)
+
+
+def _dumps(value: Any) -> bytes:
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate inside a worker's JSON output
+        return json.dumps(value, separators=(",", ":")).encode("ascii")
+
+
+def json_response(value: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:
+    response = web.Response(body=_dumps(value), status=status, headers=headers)
+    response.content_type = JSON_TYPE
+    return response
+
+
+def error_response(error: HttpError) -> web.Response:
+    return json_response({"error": error.message, "code": error.reason}, error.status, error.headers)
+
+
+# ======================================================================================= serving
+
+
+def _host_name(header: str) -> str:
+    """The host part of a ``Host`` header (``name``, ``name:port``, ``[v6]:port``)."""
+    header = header.strip()
+    if header.startswith("["):
+        return header[: header.find("]") + 1] if "]" in header else header
+    name, sep, port = header.rpartition(":")
+    return name if sep and port.isdigit() else header
+
+
+def _cert_names(request: web.BaseRequest) -> list[str]:
+    """DNS names of a verified client certificate (none without mTLS)."""
+    transport = request.transport
+    if transport is None:
+        return []
+    cert = transport.get_extra_info("peercert")
+    if not cert:
+        return []
+    return [value for kind, value in cert.get("subjectAltName", ()) if kind == "DNS"]
+
+
+def _segment(raw: str, what: str) -> str:
+    """A percent-decoded path segment."""
+    try:
+        return unquote(raw, errors="strict")
+    except UnicodeDecodeError:
+        _bad(f"{what} is not valid UTF-8 once percent-decoded")
+
+
+Handler = Callable[[web.BaseRequest, Principal, dict[str, str]], Awaitable[web.StreamResponse]]
+
+
+class _Gateway:
+    """The request handler of one listener."""
+
+    def __init__(self, api: Api, config: Config, authenticator: Authenticator, routes: tuple[Route, ...],
+                 *, guard_host: bool) -> None:  # fmt: skip
+        self.api = api
+        self.limits = config.limits
+        self.auth = authenticator
+        self.routes = routes
+        self.guard_host = guard_host
+        self._inflight = 0
+        self._templates: list[tuple[tuple[str, ...], list[Route]]] = []
+        for route in routes:
+            for segments, group in self._templates:
+                if segments == route.segments:
+                    group.append(route)
+                    break
+            else:
+                self._templates.append((route.segments, [route]))
+        self._document: bytes | None = None
+
+    # ----------------------------------------------------------------------------- dispatch
+
+    def _match(self, method: str, raw_path: str) -> tuple[Route, dict[str, str]]:
+        parts = raw_path.split("/")[1:]
+        for segments, group in self._templates:
+            if len(segments) != len(parts):
+                continue
+            params: dict[str, str] = {}
+            for template, part in zip(segments, parts, strict=True):
+                if template.startswith("{"):
+                    if not part:
+                        break
+                    params[template[1:-1]] = part
+                elif template != part and template != unquote(part):
+                    break
+            else:
+                for route in group:
+                    if route.method == method:
+                        return route, params
+                allowed = ", ".join(route.method for route in group)
+                raise HttpError(405, "method_not_allowed", f"{method} is not allowed here; use {allowed}",
+                                {"allow": allowed})  # fmt: skip
+        raise HttpError(404, "not_found", "no such route")
+
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        try:
+            if self.guard_host and not is_loopback_host(_host_name(request.headers.get("Host", ""))):
+                raise HttpError(403, "forbidden", "authentication is off, so only requests for a loopback host "
+                                                  "(localhost, 127.0.0.1, [::1]) are answered")  # fmt: skip
+            route, params = self._match(request.method, request.rel_url.raw_path)
+            if not route.leader_only and not route.authenticated:
+                return await getattr(self, route.handler)(request, None, params)  # type: ignore[no-any-return]
+            limit = self.limits.request_timeout_s + (self.limits.max_wait_s if route.waits else 0.0)
+            if self._inflight >= self.limits.max_concurrent_requests:
+                raise ApiError(Code.RESOURCE_EXHAUSTED, "too many requests in flight; retry later")
+            self._inflight += 1
+            try:
+                async with asyncio.timeout(limit):
+                    return await self._serve(route, params, request)
+            except TimeoutError:
+                raise ApiError(Code.CANCELLED, "request timeout expired") from None
+            finally:
+                self._inflight -= 1
+        except ApiError as error:
+            return error_response(HttpError.of(error))
+        except HttpError as error:
+            return error_response(error)
+        except Exception:
+            log.exception("internal error in the HTTP gateway")
+            return error_response(HttpError(500, "internal_server_error", "internal error"))
+
+    async def _serve(self, route: Route, params: dict[str, str], request: web.BaseRequest) -> web.StreamResponse:
+        principal: Principal | None = None
+        if route.authenticated:
+            principal = self.auth.authenticate(request.headers.get("Authorization"), _cert_names(request))
+        if route.leader_only and not self.api.serving:
+            raise ApiError.unavailable()
+        if principal is not None and route.role is not None:
+            principal.require(route.role)
+        self._check_query(route, request)
+        handler: Handler = getattr(self, route.handler)
+        return await handler(request, principal or _METRICS_LISTENER, params)
+
+    @staticmethod
+    def _check_query(route: Route, request: web.BaseRequest) -> None:
+        for name, value in request.rel_url.query.items():
+            if name not in route.query:
+                accepted = ", ".join(route.query) or "none"
+                _bad(f"unknown query parameter {name!r} (accepted: {accepted})")
+            if "\0" in value:
+                _bad(f"query parameter {name} must not contain NUL characters")
+
+    async def _body(self, request: web.BaseRequest) -> Any:
+        """The JSON body, after the media type and the size limit are checked."""
+        media, _, params = request.headers.get("Content-Type", "").partition(";")
+        if media.strip().lower() != JSON_TYPE:
+            raise HttpError(415, "unsupported_media_type", "the request body must be JSON with "
+                                                           "content-type: application/json")  # fmt: skip
+        for param in params.split(";"):
+            name, _, value = param.partition("=")
+            if name.strip().lower() == "charset" and value.strip().strip('"').lower() not in ("utf-8", "utf8"):
+                raise HttpError(415, "unsupported_media_type", "JSON bodies must be UTF-8")
+        limit = self.limits.max_http_body_bytes
+        too_large = HttpError(413, Code.PAYLOAD_TOO_LARGE.reason, f"the request body is larger than {limit} bytes")
+        if request.content_length is not None and request.content_length > limit:
+            raise too_large
+        if request.headers.get("Expect", "").lower() == "100-continue":
+            await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := await request.content.readany():
+            size += len(chunk)
+            if size > limit:
+                raise too_large
+            chunks.append(chunk)
+        return parse_json(b"".join(chunks))
+
+    def _ref(self, params: dict[str, str]) -> pb.TaskRef:
+        if "key" in params:
+            key = _segment(params["key"], "the key")
+            if not key:
+                _bad("the key must not be empty")
+            return pb.TaskRef(key=_string(key, "the key"))
+        raw = params["id"]
+        if not _DECIMAL.fullmatch(raw):
+            _bad(f"{raw!r} is not a decimal task id; look tasks up by key under /v1/tasks/by-key/{{key}}")
+        return pb.TaskRef(id=task_id(raw))
+
+    @staticmethod
+    def _single(request: web.BaseRequest, name: str) -> str | None:
+        values = request.rel_url.query.getall(name, [])
+        if len(values) > 1:
+            _bad(f"query parameter {name} given more than once")
+        return values[0] if values else None
+
+    # ----------------------------------------------------------------------------- Tasks
+
+    async def submit(self, request: web.BaseRequest, principal: Principal, params: dict[str, str]) -> web.Response:
+        message = submit_request(await self._body(request))
+        return json_response(submit_json(await self.api.submit(principal, message)))
+
+    async def submit_batch(self, request: web.BaseRequest, principal: Principal,
+                           params: dict[str, str]) -> web.Response:  # fmt: skip
+        message = batch_request(await self._body(request), self.limits.max_tasks_per_batch)
+        response = await self.api.submit_batch(principal, message)
+        return json_response({"tasks": [submit_json(item) for item in response.tasks]})
+
+    async def list_tasks(self, request: web.BaseRequest, principal: Principal,
+                         params: dict[str, str]) -> web.Response:  # fmt: skip
+        query = request.rel_url.query
+        message = pb.ListTasksRequest()
+        for value in query.getall("pool", []):
+            message.pools.extend(_string(name, "pool") for name in value.split(",") if name)
+        for value in query.getall("status", []):
+            message.statuses.extend(_choice(name, STATUSES, "status") for name in value.split(",") if name)
+        if (limit := self._single(request, "limit")) is not None:
+            if not limit.isdigit() or int(limit) > _UINT32_MAX:
+                _bad("limit must be a whole number (0 selects the default page size)")
+            message.limit = int(limit)
+        if (after := self._single(request, "after")) is not None:
+            if not _DECIMAL.fullmatch(after):
+                _bad("after must be a decimal task id")
+            message.after = min(int(after), _UINT64_MAX)  # nothing follows the largest id
+        return json_response(list_json(await self.api.list_tasks(principal, message)))
+
+    async def get_task(self, request: web.BaseRequest, principal: Principal, params: dict[str, str]) -> web.Response:
+        info = await self.api.get(principal, pb.GetRequest(task=self._ref(params)))
+        return json_response(task_info_json(info))
+
+    async def cancel_task(self, request: web.BaseRequest, principal: Principal,
+                          params: dict[str, str]) -> web.Response:  # fmt: skip
+        response = await self.api.cancel(principal, pb.CancelRequest(task=self._ref(params)))
+        return json_response({"cancelled": response.cancelled})
+
+    async def task_result(self, request: web.BaseRequest, principal: Principal,
+                          params: dict[str, str]) -> web.Response:  # fmt: skip
+        message = pb.WaitRequest(task=self._ref(params))
+        if (timeout := self._single(request, "timeout_s")) is not None:
+            try:
+                seconds = float(timeout)
+            except ValueError:
+                _bad("timeout_s must be a number of seconds")
+            message.timeout_s = seconds
+        return json_response(result_json(await self.api.wait(principal, message)))
+
+    # ----------------------------------------------------------------------------- Admin
+
+    async def snapshot(self, request: web.BaseRequest, principal: Principal, params: dict[str, str]) -> web.Response:
+        return json_response(snapshot_json(await self.api.snapshot(principal, pb.Empty())))
+
+    async def list_workers(self, request: web.BaseRequest, principal: Principal,
+                           params: dict[str, str]) -> web.Response:  # fmt: skip
+        return json_response(workers_json(await self.api.list_workers(principal, pb.Empty())))
+
+    async def list_recurring(self, request: web.BaseRequest, principal: Principal,
+                             params: dict[str, str]) -> web.Response:  # fmt: skip
+        return json_response(recurring_json(await self.api.list_recurring(principal, pb.Empty())))
+
+    async def metrics(self, request: web.BaseRequest, principal: Principal, params: dict[str, str]) -> web.Response:
+        body, content_type = await self.api.metrics_text(principal)
+        return web.Response(body=body, headers={"Content-Type": content_type})
+
+    async def openapi(self, request: web.BaseRequest, principal: Principal, params: dict[str, str]) -> web.Response:
+        if self._document is None:
+            self._document = _dumps(openapi.document(self.limits))
+        response = web.Response(body=self._document)
+        response.content_type = JSON_TYPE
+        return response
+
+    # ----------------------------------------------------------------------------- probes
+
+    async def healthz(self, request: web.BaseRequest, principal: Principal | None,
+                      params: dict[str, str]) -> web.Response:  # fmt: skip
+        return json_response({"status": "ok"})
+
+    async def readyz(self, request: web.BaseRequest, principal: Principal | None,
+                     params: dict[str, str]) -> web.Response:  # fmt: skip
+        if self.api.serving:
+            return json_response({"status": "ready"})
+        return error_response(HttpError(503, Code.UNAVAILABLE.reason, NOT_LEADER_MESSAGE))
+
+
+_METRICS_LISTENER = Principal(Role.METRICS, name="metrics listener")
+"""The caller of every request on ``server.metrics_addr``, which has no credentials."""
+
+
+# ===================================================================================== listeners
+
+
+def _ssl_context(tls: TlsConfig) -> ssl.SSLContext:
+    """TLS for the main listener, on the same terms as the gRPC one: client certificates are
+    required when ``client_ca`` is configured."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(tls.cert, tls.key)
+    if tls.client_ca is not None:
+        context.load_verify_locations(tls.client_ca)
+        context.verify_mode = ssl.CERT_REQUIRED
+    context.set_alpn_protocols(["http/1.1"])
+    return context
+
+
+class ListenError(OSError):
+    """A listener could not bind its address; the message names it and the reason."""
+
+
+def _bind(addr: str) -> socket.socket:
+    host, port = parse_socket_addr(addr)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ListenError(f"cannot listen on {addr}: {exc.strerror or exc}") from None
+    sock.setblocking(False)
+    return sock
+
+
+def _format(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class HttpGateway:
+    """The running HTTP listeners. ``address`` is ``host:port`` of ``server.http_addr`` (the
+    bound port when it was 0), ``metrics_address`` that of ``server.metrics_addr`` if set."""
+
+    def __init__(self) -> None:
+        self.address = ""
+        self.metrics_address: str | None = None
+        self.scheme = "http"
+        self._runners: list[web.BaseRunner] = []
+
+    @property
+    def url(self) -> str:
+        return f"{self.scheme}://{self.address}"
+
+    async def _add(self, gateway: _Gateway, sock: socket.socket, context: ssl.SSLContext | None) -> None:
+        server = web.Server(gateway.handle, handler_cancellation=True, access_log=None)
+        runner = web.ServerRunner(server, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
+        await runner.setup()
+        self._runners.append(runner)
+        await web.SockSite(runner, sock, ssl_context=context).start()
+
+    async def close(self) -> None:
+        """Stop listening; requests still running get ``SHUTDOWN_TIMEOUT_S``, then are cancelled."""
+        runners, self._runners = self._runners, []
+        for runner in runners:
+            with contextlib.suppress(Exception):
+                await runner.cleanup()
+
+
+async def start_http(api: Api, config: Config, *, authenticator: Authenticator | None = None) -> HttpGateway:
+    """Serve the HTTP API on ``server.http_addr`` (TLS with ``[server.tls]``) and, when set,
+    ``/metrics``, ``/healthz`` and ``/readyz`` without credentials on ``server.metrics_addr``.
+
+    Raises ``ListenError`` (an ``OSError`` whose message names the address and the reason, e.g.
+    "cannot listen on 127.0.0.1:7071: Address already in use") when a listener cannot bind.
+    """
+    auth = authenticator if authenticator is not None else Authenticator(config.auth)
+    server = config.server
+    guard = not auth.enabled and not server.insecure_no_auth
+    gateway = HttpGateway()
+    sockets = [_bind(server.http_addr)]
+    try:
+        if server.metrics_addr is not None:
+            sockets.append(_bind(server.metrics_addr))
+        context = _ssl_context(server.tls) if server.tls is not None else None
+        main = _Gateway(api, config, auth, ROUTES, guard_host=guard)
+        await gateway._add(main, sockets[0], context)
+        gateway.address = _format(sockets[0])
+        if context is not None:
+            gateway.scheme = "https"
+        if len(sockets) > 1:
+            metrics = _Gateway(api, config, auth, METRICS_ROUTES, guard_host=False)
+            await gateway._add(metrics, sockets[1], None)
+            gateway.metrics_address = _format(sockets[1])
+    except BaseException:
+        await gateway.close()
+        for sock in sockets:
+            sock.close()
+        raise
+    log.info("listening http=%s%s", gateway.url,
+             f" metrics={gateway.metrics_address}" if gateway.metrics_address else "")  # fmt: skip
+    return gateway
