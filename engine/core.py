@@ -90,7 +90,7 @@ from .state import (
 from .state import (
     edge_satisfied as _edge_satisfied,
 )
-from .stats import LogLinearHistogram
+from .stats import LogLinearHistogram, WindowBucket
 from .types import (
     CLASSES,
     NS_PER_S,
@@ -948,7 +948,11 @@ class Core:
         ready = pool.ready
         edf_live = pool.edf_live
         ceilings = self._ceilings(edf_live)
-        while pool.open_slots() > 0:
+        groups = pool.groups
+        while True:
+            idle = pool.capacity - pool.busy if len(groups) == 1 else pool.open_slots()
+            if idle <= 0:
+                return
             # Fixed-start work that is due goes first: onto its held slot, else the next free slot.
             if pool.due_live:
                 head = due.peek()
@@ -959,7 +963,7 @@ class Core:
                     pool.due_live -= 1
                     self._try_start(pool, head, now)
                     continue
-            if pool.open_slots() - pool.held <= 0:
+            if idle - pool.held <= 0:
                 return
             best: Task | None = None
             best_lane: int = 0
@@ -1146,8 +1150,7 @@ class Core:
             self.totals["stale_completions"] += 1
             return False
         task = lease.task
-        self._end_lease(lease, now, ran=True)
-        bucket = task.pool.window.current(now)
+        bucket = self._end_lease(lease, now, ran=True)
         if type(outcome) is Success:
             bucket.succeeded += 1
             self._finish(task, _SUCCEEDED, now, None, outcome.output, True)
@@ -1170,8 +1173,9 @@ class Core:
             lease.expires_at = now + ttl
         return True
 
-    def _end_lease(self, lease: LeaseState, now: int, ran: bool) -> None:
-        """Free the attempt's slot and resources; record its run time."""
+    def _end_lease(self, lease: LeaseState, now: int, ran: bool) -> WindowBucket:
+        """Free the attempt's slot and resources; record its run time. Returns the metrics
+        bucket of ``now``."""
         lease.active = False
         del self._leases[lease.id]
         task = lease.task
@@ -1185,9 +1189,9 @@ class Core:
         if spec is not None and spec.resources:
             self._resources.release(spec.resources, now)
             self._wake_resources(now)
+        bucket = pool.window.current(now)
         if ran:
             duration = now - lease.started_at
-            bucket = pool.window.current(now)
             bucket.run.record(duration)
             if task.fixed is not None:
                 bucket.fixed_run.record(duration)
@@ -1199,9 +1203,10 @@ class Core:
             if pool.autoscaler is not None:
                 pool.autoscaler.record_run(duration)
         self._slot_freed(pool, group)
+        return bucket
 
     def _slot_freed(self, pool: Pool, group: Group) -> None:
-        if len(pool.hold_waiters):
+        if pool.hold_waiters.heap:
             self._grant_holds(pool)
         if pool.label_waiters:
             self._wake_label_waiters(pool, group)

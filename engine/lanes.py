@@ -67,28 +67,28 @@ class FifoLane(Generic[T]):
 class KeyedLane(Generic[T]):
     """Tasks ordered by a key (latest start time, fair-share start tag, start time), then seq."""
 
-    __slots__ = ("_heap",)
+    __slots__ = ("heap",)
 
     def __init__(self) -> None:
-        self._heap: list[tuple[float, int, int, T]] = []
+        self.heap: list[tuple[float, int, int, T]] = []  # non-empty: maybe live entries
 
     def push(self, key: float, seq: int, task: T) -> None:
-        heapq.heappush(self._heap, (key, seq, task.qgen, task))
+        heapq.heappush(self.heap, (key, seq, task.qgen, task))
 
     def peek(self) -> T | None:
-        heap = self._heap
+        heap = self.heap
         while heap and heap[0][2] != heap[0][3].qgen:
             heapq.heappop(heap)
         return heap[0][3] if heap else None
 
     def live(self) -> list[T]:
-        return [entry[3] for entry in self._heap if entry[2] == entry[3].qgen]
+        return [entry[3] for entry in self.heap if entry[2] == entry[3].qgen]
 
     def peek_key(self) -> float:
-        return self._heap[0][0]
+        return self.heap[0][0]
 
     def pop(self) -> None:
-        heapq.heappop(self._heap)
+        heapq.heappop(self.heap)
 
     def __len__(self) -> int:
-        return len(self._heap)
+        return len(self.heap)
