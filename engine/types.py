@@ -32,8 +32,13 @@ class Priority(enum.IntEnum):
     LOW = 3
 
     @property
+    def name(self) -> str:
+        """Lower-case class name (``critical``, ``high``, ``normal``, ``low``), as published."""
+        return self._name_.lower()
+
+    @property
     def label(self) -> str:
-        return self.name.lower()
+        return self._name_.lower()
 
     @classmethod
     def parse(cls, value: Priority | int | str | None) -> Priority:

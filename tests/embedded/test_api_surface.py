@@ -102,7 +102,7 @@ def test_autoscale_config_defaults() -> None:
 
 def test_priority() -> None:
     assert [p.name for p in (cronoq.Priority.CRITICAL, cronoq.Priority.HIGH, cronoq.Priority.NORMAL,
-                             cronoq.Priority.LOW)] == ["CRITICAL", "HIGH", "NORMAL", "LOW"]
+                             cronoq.Priority.LOW)] == ["critical", "high", "normal", "low"]
     assert [int(p) for p in cronoq.Priority] == [0, 1, 2, 3]
     assert cronoq.Priority.CRITICAL < cronoq.Priority.LOW
     assert len({cronoq.Priority.HIGH, cronoq.Priority.HIGH}) == 1
