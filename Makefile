@@ -31,6 +31,7 @@ bench: $(STAMP)
 	$(PY) loadtests/engine_bench.py
 	$(PY) loadtests/embedded_bench.py
 	$(PY) loadtests/store_bench.py
+	$(PY) loadtests/server_bench.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
