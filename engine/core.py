@@ -239,7 +239,7 @@ class Core:
                 admission.check_spec(spec, self._resources)
                 return Submitted(existing, True)
         admission.check_spec(spec, self._resources)
-        resolved = self._resolve_deps(pool, spec, None) if spec.deps else None
+        resolved = self._resolve_deps(pool, spec) if spec.deps else None
         if key is not None and resolved is not None:
             self._check_cycle_single(key, resolved)
         fixed = spec.fixed_start
@@ -384,7 +384,7 @@ class Core:
             raise AdmissionError(SubmitCode.UNKNOWN_POOL, f"unknown pool {name!r}")
         return pool
 
-    def _resolve_deps(self, pool: Pool, spec: TaskSpec, _unused: None) -> list[_ResolvedDep]:
+    def _resolve_deps(self, pool: Pool, spec: TaskSpec) -> list[_ResolvedDep]:
         resolved: list[_ResolvedDep] = []
         for dep in spec.deps:
             parent, awaited = self._resolve_one(pool, dep.target, spec.key)
@@ -1722,7 +1722,7 @@ class Core:
             if not pool.reservations.fits(*interval):
                 self.totals["recurring_conflicts"] += 1
             else:
-                resolved = self._resolve_deps(pool, occurrence, None) if deps else None
+                resolved = self._resolve_deps(pool, occurrence) if deps else None
                 created = self._create(now, pool, occurrence, resolved, interval)
                 if guard is not None and not created.status.terminal:
                     created.guard = guard
@@ -1815,10 +1815,6 @@ class Core:
             if len(out) >= limit:
                 break
         return out
-
-    def payload_of(self, task_id: int) -> object:
-        task = self._tasks.get(task_id)
-        return None if task is None or task.spec is None else task.spec.payload
 
     # ------------------------------------------------------------------------------------------
     # Snapshots

@@ -163,9 +163,6 @@ class Group:
         self.capacity = 0
         self.busy = 0
 
-    def serves(self, required: LabelKey) -> bool:
-        return required <= self.key
-
 
 class Pool:
     __slots__ = (
