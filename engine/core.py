@@ -219,6 +219,15 @@ class Core:
         return self._pending + self._running
 
     @property
+    def emit_transitions(self) -> bool:
+        """Publish every intermediate transition (terminal ones are always resolved)."""
+        return self._emit_transitions
+
+    @emit_transitions.setter
+    def emit_transitions(self, enabled: bool) -> None:
+        self._emit_transitions = enabled
+
+    @property
     def running(self) -> int:
         return self._running
 

@@ -137,6 +137,8 @@ class Subscription:
 
     def close(self) -> None:
         self._service._subscriptions.discard(self)
+        if self.all_transitions:
+            self._service._sync_transitions()
 
 
 class ShardService:
@@ -314,7 +316,17 @@ class ShardService:
             raise NotLeader("not the leader (standby or shutting down)")
         sub = Subscription(self, pools, set(ids), set(keys), all_transitions, self.options.watch_buffer)
         self._subscriptions.add(sub)
+        if all_transitions:
+            self._sync_transitions()
         return sub
+
+    def _sync_transitions(self) -> None:
+        """Intermediate transitions cost work on every step: produce them only while a watcher
+        asks for them (or the configuration always wants them)."""
+        core = self.driver.core
+        if core is not None:
+            wanted = self.config.emit_transitions or any(s.all_transitions for s in self._subscriptions)
+            core.emit_transitions = wanted
 
     async def snapshot(self) -> Snapshot:
         snap: Snapshot = await self._call(lambda core, now: core.snapshot(now))

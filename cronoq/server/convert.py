@@ -557,7 +557,8 @@ def core_config(config: Config) -> CoreConfig:
         global_bounds=Bounds(max_pending=limits.max_pending_total),
         retention=round(limits.key_retention_s * NS_PER_S),
         retention_max=limits.key_retention_max,
-        # Watch with all_transitions needs the intermediate events.
-        emit_transitions=True,
+        # Intermediate transitions are switched on by the shard service while a Watch with
+        # all_transitions is open.
+        emit_transitions=False,
         id_shard=config.shard_number() if config.sharded else None,
     )
