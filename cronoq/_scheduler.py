@@ -294,6 +294,21 @@ def _fail(future: asyncio.Future[Any], error: BaseException) -> None:
         future.exception()
 
 
+class _Encoded:
+    """A payload or output already encoded by the scheduler's codec (to check that the store can
+    hold it): the store takes ``data`` as is, executors and handles get ``value``."""
+
+    __slots__ = ("data", "value")
+
+    def __init__(self, value: Any, data: bytes) -> None:
+        self.value = value
+        self.data = data
+
+
+def _plain(value: Any) -> Any:
+    return value.value if type(value) is _Encoded else value
+
+
 class _Unstored:
     """An output the codec cannot encode: handed to waiters in memory, stored as a marker."""
 
@@ -317,7 +332,10 @@ class _StoreCodec:
         self.inner = inner
 
     def encode(self, obj: Any, /) -> bytes:
-        if type(obj) is _Unstored:
+        kind = type(obj)
+        if kind is _Encoded:
+            return obj.data  # type: ignore[no-any-return]
+        if kind is _Unstored:
             return _UNSTORED_MARK
         return self.inner.encode(obj)
 
@@ -572,10 +590,12 @@ class Scheduler:
     # ------------------------------------------------------------------------------------------
     # Submission
 
-    def _check_payload(self, payload: Any) -> None:
-        if self._store is not None:
-            # Refuse what the store could not hold before anything is stored.
-            self._codec.encode(payload)
+    def _check_payload(self, payload: Any) -> Any:
+        """With a store, encode now: what it cannot hold is refused (TypeError) before anything
+        is stored, and the bytes travel with the task so the store does not encode again."""
+        if self._store is None:
+            return payload
+        return _Encoded(payload, self._codec.encode(payload))
 
     async def submit(
         self,
@@ -616,13 +636,14 @@ class Scheduler:
         """
         self._driver_or_raise()
         loop = self._loop
-        self._check_payload(payload)
+        stored = self._check_payload(payload)
         spec = build_spec(
             payload, time.time_ns(), priority=priority, pool=pool, kind=kind, key=key, deadline_in=deadline_in,
             deadline_at=deadline_at, start_in=start_in, start_at=start_at, tolerance=tolerance, on_miss=on_miss,
             duration_hint=duration_hint, timeout=timeout, retry=retry, after=after, deps=deps, resources=resources,
             tags=tags, labels=labels, tenant=tenant, trace=self._tracing,
         )
+        spec.payload = stored
         assert loop is not None
         future: asyncio.Future[Any] = loop.create_future()
 
@@ -659,13 +680,14 @@ class Scheduler:
     ) -> int:
         """Submit a task without a handle (cheaper than ``submit``); returns its id."""
         self._driver_or_raise()
-        self._check_payload(payload)
+        stored = self._check_payload(payload)
         spec = build_spec(
             payload, time.time_ns(), priority=priority, pool=pool, kind=kind, key=key, deadline_in=deadline_in,
             deadline_at=deadline_at, start_in=start_in, start_at=start_at, tolerance=tolerance, on_miss=on_miss,
             duration_hint=duration_hint, timeout=timeout, retry=retry, after=after, deps=deps, resources=resources,
             tags=tags, labels=labels, tenant=tenant, trace=self._tracing,
         )
+        spec.payload = stored
         result: int = await self._admit(lambda core, now: core.submit(now, spec).id)
         return result
 
@@ -681,8 +703,10 @@ class Scheduler:
             if not isinstance(task, Task):
                 raise TypeError(f"task {index}: submit_batch takes cronoq.Task objects")
             try:
-                self._check_payload(task.payload)
-                specs.append(task.to_spec(now, trace=self._tracing))
+                stored = self._check_payload(task.payload)
+                spec = task.to_spec(now, trace=self._tracing)
+                spec.payload = stored
+                specs.append(spec)
             except InvalidTaskOption as err:
                 raise InvalidTaskOption(f"task {index}: {err.message}") from None
             except TypeError as err:
@@ -843,7 +867,7 @@ class Scheduler:
         expression, zone or template raises ``SchedulerError``.
         """
         self._driver_or_raise()
-        self._check_payload(payload)
+        stored = self._check_payload(payload)
         try:
             overlap_policy = OverlapPolicy(overlap)
             miss = MissPolicy(on_miss)
@@ -852,6 +876,7 @@ class Scheduler:
                 timeout=timeout, retry=retry, resources=resources, tags=tags, labels=labels, tenant=tenant,
                 trace=False,
             )
+            template.payload = stored
             spec = RecurringSpec(
                 name=name,
                 cron=cron,
@@ -902,10 +927,10 @@ class Scheduler:
         otel = self._otel
         try:
             if otel is None:
-                result = await _invoke(executor, is_async, ctx, lease.payload)
+                result = await _invoke(executor, is_async, ctx, _plain(lease.payload))
             else:
                 with otel.attempt_span(lease):
-                    result = await _invoke(executor, is_async, ctx, lease.payload)
+                    result = await _invoke(executor, is_async, ctx, _plain(lease.payload))
         except BaseException as error:
             self._failed(lease.id, error)
             return
@@ -917,7 +942,7 @@ class Scheduler:
             return  # aborted (timeout, cancellation, lost lease): the engine already moved on
         if self._store is not None:
             try:
-                self._codec.encode(output)
+                output = _Encoded(output, self._codec.encode(output))
             except Exception as err:
                 log.warning("the result of task %d cannot be stored (%s); it is not kept across restarts",
                             entry[0].id, err)
@@ -976,7 +1001,7 @@ class Scheduler:
         otel = self._otel
         for result in results:
             output = result.output
-            if type(output) is _Unstored:
+            if type(output) is _Unstored or type(output) is _Encoded:
                 output = output.value
             if result.has_output:
                 outputs[result.id] = output
