@@ -15,16 +15,14 @@ from collections import OrderedDict, deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
-from . import admission, invariants, metrics, recovery
+from . import admission, invariants, metrics, recovery, recurring
 from .actions import (
     Abort,
     Action,
-    DeleteRecurring,
     Dispatch,
     Mutation,
     Persist,
     Publish,
-    PutRecurring,
     PutTask,
     Recovered,
     Resolve,
@@ -35,7 +33,6 @@ from .actions import (
     TaskRecord,
 )
 from .config import CoreConfig, PoolConfig, UnknownDependencyPolicy
-from .cron import CronSchedule, rfc3339_utc
 from .ids import IdAllocator
 from .resources import ResourceTable
 from .snapshot import TOTAL_NAMES, Snapshot
@@ -94,19 +91,15 @@ from .stats import LogLinearHistogram, WindowBucket
 from .types import (
     CLASSES,
     NS_PER_S,
-    RECURRING_TAG,
     TERMINAL_VALUES,
     AdmissionError,
     CancelledByExecutor,
-    ConfigError,
-    Dep,
     EdgeCond,
     Failure,
     FixedStart,
     MissPolicy,
     Outcome,
     OverflowPolicy,
-    OverlapPolicy,
     RecurringSpec,
     SubmitCode,
     Success,
@@ -1566,7 +1559,7 @@ class Core:
             self._autoscale(obj, now)
         elif kind == _T_RECUR:
             assert isinstance(obj, Schedule)
-            self._create_occurrence(obj, now)
+            recurring.create_occurrence(self, obj, now)
 
     def _apply_miss(self, task: Task, now: int) -> None:
         if task.fixed_done or task.status is _RUNNING or task.started_at is not None:
@@ -1618,154 +1611,21 @@ class Core:
 
     def add_recurring(self, now: int, spec: RecurringSpec) -> None:
         """Add or replace a schedule; its next occurrence is created ahead of its start."""
-        template = spec.template
-        pool = self._check_template(template)
-        cron = CronSchedule.parse(spec.cron, spec.tz)
-        if "\0" in spec.name or not spec.name:
-            raise ConfigError("a schedule needs a name without NUL characters")
-        if spec.tolerance < 0:
-            raise ConfigError("tolerance must not be negative")
-        if spec.deadline_after is not None and spec.deadline_after < 0:
-            raise ConfigError("deadline_in must not be negative")
-        schedule = Schedule(spec, cron)
-        previous = self._schedules.get(spec.name)
-        if previous is not None:
-            schedule.last_task_id = previous.last_task_id
-            schedule.last_start = previous.last_start
-        after = now - 1
-        if schedule.last_start is not None and schedule.last_start >= now:
-            after = schedule.last_start
-        schedule.next_at = cron.next_after(after)
-        self._schedules[spec.name] = schedule
-        self._persist_schedule(schedule)
-        self._arm_schedule(schedule, pool, now)
+        recurring.add(self, now, spec)
 
     def remove_recurring(self, now: int, name: str) -> bool:
-        schedule = self._schedules.pop(name, None)
-        if schedule is None:
-            return False
-        schedule.timer_gen += 1
-        if self._persist:
-            self._mutations.append(DeleteRecurring(name))
-        return True
-
-    def _check_template(self, template: TaskSpec) -> Pool:
-        if template.deadline is not None:
-            raise ConfigError("a recurring template may not set an absolute deadline (use deadline_in)")
-        if template.fixed_start is not None:
-            raise ConfigError("a recurring template may not set a fixed start")
-        if template.deps:
-            raise ConfigError("a recurring template may not set dependencies (use overlap='queue')")
-        try:
-            pool = self._pool_for(template)
-            admission.check_spec(template, self._resources)
-        except AdmissionError as err:
-            raise ConfigError(err.message) from None
-        return pool
-
-    def _persist_schedule(self, schedule: Schedule) -> None:
-        if self._persist:
-            self._mutations.append(PutRecurring(schedule.spec, schedule.next_at, schedule.last_task_id))
-
-    def _arm_schedule(self, schedule: Schedule, pool: Pool, now: int) -> None:
-        if schedule.next_at is None:
-            return
-        spec = schedule.spec
-        fake = Task(0, pool, TaskSpec(fixed_start=FixedStart(schedule.next_at, spec.tolerance)), now,
-                    pool.config.retry)
-        lead = min(self._hold_lead(pool, fake, now) + spec.tolerance, pool.config.max_hold)
-        create_at = schedule.next_at - lead
-        if schedule.last_start is not None:
-            create_at = max(create_at, schedule.last_start)
-        schedule.timer_gen += 1
-        self._push_timer(max(create_at, now), _T_RECUR, schedule, schedule.timer_gen)
-
-    def _create_occurrence(self, schedule: Schedule, now: int) -> None:
-        start = schedule.next_at
-        if start is None:
-            return
-        spec = schedule.spec
-        template = spec.template
-        try:
-            pool = self._check_template(template)
-        except ConfigError:
-            schedule.invalid = True
-            self.totals["recurring_invalid"] += 1
-            return
-        last = self._tasks.get(schedule.last_task_id) if schedule.last_task_id is not None else None
-        last_live = last is not None and not last.status.terminal
-        tags = dict(template.tags)
-        tags[RECURRING_TAG] = spec.name
-        key = f"{template.key}@{rfc3339_utc(start)}" if template.key is not None else None
-        deps: tuple[Dep, ...] = ()
-        guard: int | None = None
-        if last_live and last is not None:
-            if spec.overlap is OverlapPolicy.SKIP:
-                guard = last.id  # decided at the start: skipped only if the previous still runs
-            elif spec.overlap is OverlapPolicy.QUEUE:
-                deps = (Dep(last.id, EdgeCond.ON_COMPLETE),)
-            elif spec.overlap is OverlapPolicy.QUEUE_ON_SUCCESS:
-                deps = (Dep(last.id, EdgeCond.ON_SUCCESS),)
-        occurrence = TaskSpec(
-            payload=template.payload,
-            pool=pool.name,
-            kind=template.kind,
-            priority=template.priority,
-            key=key,
-            deadline=start + spec.deadline_after if spec.deadline_after is not None else None,
-            fixed_start=FixedStart(start, spec.tolerance, spec.on_miss),
-            duration_hint=template.duration_hint,
-            timeout=template.timeout,
-            retry=template.retry,
-            deps=deps,
-            resources=template.resources,
-            tags=tags,
-            labels=template.labels,
-            tenant=template.tenant,
-        )
-        created: Task | None = None
-        if key is not None and key in self._keys:
-            created = None  # this occurrence already exists (replaced schedule, or recovered)
-        else:
-            interval = self._reservation_interval(pool, occurrence, occurrence.fixed_start)  # type: ignore[arg-type]
-            if not pool.reservations.fits(*interval):
-                self.totals["recurring_conflicts"] += 1
-            else:
-                resolved = self._resolve_deps(pool, occurrence) if deps else None
-                created = self._create(now, pool, occurrence, resolved, interval)
-                if guard is not None and not created.status.terminal:
-                    created.guard = guard
-                    if created.status is _READY and created.where == IN_DUE:
-                        # Its start has already come: decide now.
-                        self._unqueue(created)
-                        self._make_due(created, now)
-        if created is not None:
-            schedule.last_task_id = created.id
-        schedule.last_start = start
-        schedule.next_at = schedule.cron.next_after(max(start, now - 1))
-        self._persist_schedule(schedule)
-        self._arm_schedule(schedule, pool, now)
+        """Stop a schedule (an occurrence already created stays). False if there was none."""
+        return recurring.remove(self, now, name)
 
     def list_recurring(self) -> list[RecurringInfo]:
-        infos = []
-        for name in sorted(self._schedules):
-            schedule = self._schedules[name]
-            spec = schedule.spec
-            template = spec.template
-            infos.append(
-                RecurringInfo(
-                    name,
-                    spec.cron,
-                    spec.tz,
-                    template.pool or self._default_pool.name,
-                    template.kind,
-                    spec.overlap,
-                    schedule.next_at,
-                    schedule.last_task_id,
-                    not schedule.invalid,
-                )
-            )
-        return infos
+        return recurring.infos(self)
+
+
+
+
+
+
+
 
     # ------------------------------------------------------------------------------------------
     # Reads

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from . import recurring
 from .actions import Recovered, SetStatus
 from .config import UnknownDependencyPolicy
 from .cron import CronSchedule
@@ -163,7 +164,7 @@ def restore_schedule(core: Core, spec: RecurringSpec, next_at: int | None, last_
     try:
         if cron is None:
             raise ConfigError("invalid cron expression")
-        pool = core._check_template(spec.template)
+        pool = recurring.check_template(core, spec.template)
     except ConfigError:
         schedule.invalid = True
         core.totals["recurring_invalid"] += 1
@@ -176,6 +177,6 @@ def restore_schedule(core: Core, spec: RecurringSpec, next_at: int | None, last_
             core.totals["missed"] += 1
             schedule.next_at = cron.next_after(now - 1)
         else:
-            core._create_occurrence(schedule, now)
+            recurring.create_occurrence(core, schedule, now)
             return
-    core._arm_schedule(schedule, pool, now)
+    recurring.arm(core, schedule, pool, now)

@@ -1,0 +1,190 @@
+"""Recurring schedules: cron expressions turned into fixed-start occurrences.
+
+Each occurrence is created shortly before its start (hold lead + tolerance ahead, capped by the
+pool's max_hold), one at a time; the next is armed when the current one is due. The overlap
+policy decides against the previous occurrence: Skip at the new occurrence's start, Queue and
+QueueOnSuccess through a dependency edge, Allow not at all.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from . import admission
+from .actions import DeleteRecurring, PutRecurring
+from .cron import CronSchedule, rfc3339_utc
+from .state import IN_DUE, T_RECUR, Pool, Schedule, Task
+from .types import (
+    RECURRING_TAG,
+    AdmissionError,
+    ConfigError,
+    Dep,
+    EdgeCond,
+    FixedStart,
+    OverlapPolicy,
+    RecurringSpec,
+    TaskSpec,
+    TaskStatus,
+)
+from .views import RecurringInfo
+
+if TYPE_CHECKING:
+    from .core import Core
+
+
+def add(core: Core, now: int, spec: RecurringSpec) -> None:
+    """Add or replace a schedule; its next occurrence is created ahead of its start."""
+    template = spec.template
+    pool = check_template(core, template)
+    cron = CronSchedule.parse(spec.cron, spec.tz)
+    if "\0" in spec.name or not spec.name:
+        raise ConfigError("a schedule needs a name without NUL characters")
+    if spec.tolerance < 0:
+        raise ConfigError("tolerance must not be negative")
+    if spec.deadline_after is not None and spec.deadline_after < 0:
+        raise ConfigError("deadline_in must not be negative")
+    schedule = Schedule(spec, cron)
+    previous = core._schedules.get(spec.name)
+    if previous is not None:
+        schedule.last_task_id = previous.last_task_id
+        schedule.last_start = previous.last_start
+    after = now - 1
+    if schedule.last_start is not None and schedule.last_start >= now:
+        after = schedule.last_start
+    schedule.next_at = cron.next_after(after)
+    core._schedules[spec.name] = schedule
+    persist(core, schedule)
+    arm(core, schedule, pool, now)
+
+
+def remove(core: Core, now: int, name: str) -> bool:
+    schedule = core._schedules.pop(name, None)
+    if schedule is None:
+        return False
+    schedule.timer_gen += 1
+    if core._persist:
+        core._mutations.append(DeleteRecurring(name))
+    return True
+
+
+def check_template(core: Core, template: TaskSpec) -> Pool:
+    if template.deadline is not None:
+        raise ConfigError("a recurring template may not set an absolute deadline (use deadline_in)")
+    if template.fixed_start is not None:
+        raise ConfigError("a recurring template may not set a fixed start")
+    if template.deps:
+        raise ConfigError("a recurring template may not set dependencies (use overlap='queue')")
+    try:
+        pool = core._pool_for(template)
+        admission.check_spec(template, core._resources)
+    except AdmissionError as err:
+        raise ConfigError(err.message) from None
+    return pool
+
+
+def persist(core: Core, schedule: Schedule) -> None:
+    if core._persist:
+        core._mutations.append(PutRecurring(schedule.spec, schedule.next_at, schedule.last_task_id))
+
+
+def arm(core: Core, schedule: Schedule, pool: Pool, now: int) -> None:
+    if schedule.next_at is None:
+        return
+    spec = schedule.spec
+    fake = Task(0, pool, TaskSpec(fixed_start=FixedStart(schedule.next_at, spec.tolerance)), now,
+                pool.config.retry)
+    lead = min(core._hold_lead(pool, fake, now) + spec.tolerance, pool.config.max_hold)
+    create_at = schedule.next_at - lead
+    if schedule.last_start is not None:
+        create_at = max(create_at, schedule.last_start)
+    schedule.timer_gen += 1
+    core._push_timer(max(create_at, now), T_RECUR, schedule, schedule.timer_gen)
+
+
+def create_occurrence(core: Core, schedule: Schedule, now: int) -> None:
+    start = schedule.next_at
+    if start is None:
+        return
+    spec = schedule.spec
+    template = spec.template
+    try:
+        pool = check_template(core, template)
+    except ConfigError:
+        schedule.invalid = True
+        core.totals["recurring_invalid"] += 1
+        return
+    last = core._tasks.get(schedule.last_task_id) if schedule.last_task_id is not None else None
+    last_live = last is not None and not last.status.terminal
+    tags = dict(template.tags)
+    tags[RECURRING_TAG] = spec.name
+    key = f"{template.key}@{rfc3339_utc(start)}" if template.key is not None else None
+    deps: tuple[Dep, ...] = ()
+    guard: int | None = None
+    if last_live and last is not None:
+        if spec.overlap is OverlapPolicy.SKIP:
+            guard = last.id  # decided at the start: skipped only if the previous still runs
+        elif spec.overlap is OverlapPolicy.QUEUE:
+            deps = (Dep(last.id, EdgeCond.ON_COMPLETE),)
+        elif spec.overlap is OverlapPolicy.QUEUE_ON_SUCCESS:
+            deps = (Dep(last.id, EdgeCond.ON_SUCCESS),)
+    occurrence = TaskSpec(
+        payload=template.payload,
+        pool=pool.name,
+        kind=template.kind,
+        priority=template.priority,
+        key=key,
+        deadline=start + spec.deadline_after if spec.deadline_after is not None else None,
+        fixed_start=FixedStart(start, spec.tolerance, spec.on_miss),
+        duration_hint=template.duration_hint,
+        timeout=template.timeout,
+        retry=template.retry,
+        deps=deps,
+        resources=template.resources,
+        tags=tags,
+        labels=template.labels,
+        tenant=template.tenant,
+    )
+    created: Task | None = None
+    if key is not None and key in core._keys:
+        created = None  # this occurrence already exists (replaced schedule, or recovered)
+    else:
+        interval = core._reservation_interval(pool, occurrence, occurrence.fixed_start)  # type: ignore[arg-type]
+        if not pool.reservations.fits(*interval):
+            core.totals["recurring_conflicts"] += 1
+        else:
+            resolved = core._resolve_deps(pool, occurrence) if deps else None
+            created = core._create(now, pool, occurrence, resolved, interval)
+            if guard is not None and not created.status.terminal:
+                created.guard = guard
+                if created.status is TaskStatus.READY and created.where == IN_DUE:
+                    # Its start has already come: decide now.
+                    core._unqueue(created)
+                    core._make_due(created, now)
+    if created is not None:
+        schedule.last_task_id = created.id
+    schedule.last_start = start
+    schedule.next_at = schedule.cron.next_after(max(start, now - 1))
+    persist(core, schedule)
+    arm(core, schedule, pool, now)
+
+
+def infos(core: Core) -> list[RecurringInfo]:
+    infos = []
+    for name in sorted(core._schedules):
+        schedule = core._schedules[name]
+        spec = schedule.spec
+        template = spec.template
+        infos.append(
+            RecurringInfo(
+                name,
+                spec.cron,
+                spec.tz,
+                template.pool or core._default_pool.name,
+                template.kind,
+                spec.overlap,
+                schedule.next_at,
+                schedule.last_task_id,
+                not schedule.invalid,
+            )
+        )
+    return infos
