@@ -85,6 +85,8 @@ class DriverOptions:
     max_store_outage: float = 300.0
     commit_backoff_initial: float = 0.05
     commit_backoff_max: float = 2.0
+    keep_finished_s: float | None = 7 * 86400.0  # finished rows are pruned from the store after this
+    prune_interval_s: float = 60.0
 
 
 def wall_clock() -> int:
@@ -116,6 +118,7 @@ class Driver:
         self._loop_task: asyncio.Task[None] | None = None
         self._admitting = True
         self._stop_requested = False
+        self._helpers: list[asyncio.Task[None]] = []
         self._stepped_down: asyncio.Event | None = None
         self.stop_reason: str | None = None
         self.on_step_down: Callable[[str], None] | None = None
@@ -149,12 +152,47 @@ class Driver:
         self.core = core
         self.role = Role.LEADER
         log.info("leading with epoch %d", epoch)
-        self._loop_task = asyncio.get_running_loop().create_task(self._run(), name="cronoq-driver")
+        loop = asyncio.get_running_loop()
+        self._loop_task = loop.create_task(self._run(), name="cronoq-driver")
+        if store is not None:
+            self._helpers = [
+                loop.create_task(self._notice_lost(store), name="cronoq-driver-lost"),
+                loop.create_task(self._prune(store), name="cronoq-driver-prune"),
+            ]
         self._wake.set()
 
     @property
     def leading(self) -> bool:
         return self.role is Role.LEADER
+
+    async def _notice_lost(self, store: Store) -> None:
+        """An idle driver steps down as soon as the store reports lost leadership."""
+        await store.lost.wait()
+        self._poke()
+
+    async def _prune(self, store: Store) -> None:
+        """Delete finished rows older than ``keep_finished_s`` now and then (the id high-water
+        mark survives, so ids are never reused)."""
+        keep = self._options.keep_finished_s
+        if keep is None:
+            return
+        while True:
+            await asyncio.sleep(self._options.prune_interval_s)
+            if self.role is not Role.LEADER:
+                return
+            try:
+                removed = await store.prune(self._clock() - round(keep * NS_PER_S))
+            except StoreError as error:
+                log.warning("pruning finished tasks failed: %s", error)
+                continue
+            if removed:
+                log.info("pruned %d finished tasks", removed)
+
+    def _stop_helpers(self) -> None:
+        helpers, self._helpers = self._helpers, []
+        for task in helpers:
+            if task is not asyncio.current_task():
+                task.cancel()
 
     async def wait_stepped_down(self) -> str:
         assert self._stepped_down is not None
@@ -184,6 +222,7 @@ class Driver:
     async def _stop_loop(self, reason: str) -> None:
         """Ask the step loop to finish (its commit in flight is delivered first) and wait for it."""
         self.stop_reason = self.stop_reason or reason
+        self._stop_helpers()
         task = self._loop_task
         self._loop_task = None
         self._stop_requested = True
@@ -412,6 +451,7 @@ class Driver:
             return
         log.warning("stepping down: %s", reason)
         self.stop_reason = reason
+        self._stop_helpers()
         core = self.core
         if core is not None:
             core.dispatch_enabled = False

@@ -18,7 +18,6 @@ import contextlib
 import logging
 import socket
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +32,7 @@ from cronoq.config import (
     WebhookScaler,
     parse_socket_addr,
 )
+from cronoq.shard.driver import DriverOptions
 from cronoq.shard.service import ServiceOptions, ShardService
 from cronoq.stores.base import SchemaTooNew, ShardMismatch, Store
 
@@ -47,7 +47,6 @@ __all__ = ["BindError", "ServerApp", "make_store"]
 
 log = logging.getLogger("cronoq.server")
 
-PRUNE_INTERVAL_S = 60.0
 
 
 class BindError(Exception):
@@ -112,6 +111,11 @@ def _credentials(config: Config) -> grpc.ServerCredentials | None:
         with open(tls.client_ca, "rb") as ca_file:
             root = ca_file.read()
     return grpc.ssl_server_credentials([(key, chain)], root_certificates=root, require_client_auth=root is not None)
+
+
+def _keep_finished_s(config: Config) -> float | None:
+    section = config.store
+    return None if isinstance(section, MemoryStoreConfig) else section.keep_finished_s
 
 
 class ServerApp:
@@ -220,6 +224,7 @@ class ServerApp:
                 output_cache_entries=self.config.outputs.cache_entries,
                 output_cache_bytes=self.config.outputs.cache_bytes,
                 max_slots_per_worker=self.config.limits.max_slots_per_worker,
+                driver=DriverOptions(keep_finished_s=_keep_finished_s(self.config)),
             )
             service = ServerShardService(self._core_config, store=self.store, options=options)
             service.on_scale = self._scaler.scale
@@ -255,37 +260,14 @@ class ServerApp:
         log.info("leadership gained (epoch %s)", service.driver.epoch)
         lost = asyncio.ensure_future(service.driver.wait_stepped_down())
         stopping = asyncio.ensure_future(self._stop.wait())
-        watch_store = asyncio.ensure_future(self._watch_store(service))
-        prune = asyncio.ensure_future(self._prune_loop())
         try:
             await asyncio.wait({lost, stopping}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for task in (stopping, watch_store, prune):
-                task.cancel()
+            stopping.cancel()
         if lost.done():
             return True
         lost.cancel()
         return False
-
-    async def _watch_store(self, service: ShardService) -> None:
-        """Make an idle driver notice at once that the store lost leadership."""
-        await self.store.lost.wait()
-        service.driver.post(lambda core, now: None)
-
-    async def _prune_loop(self) -> None:
-        section = self.config.store
-        if isinstance(section, MemoryStoreConfig):
-            return
-        keep_ns = round(section.keep_finished_s * 1e9)
-        while True:
-            await asyncio.sleep(PRUNE_INTERVAL_S)
-            try:
-                removed = await self.store.prune(time.time_ns() - keep_ns)
-            except Exception as exc:
-                log.warning("pruning finished tasks failed: %s", exc)
-                continue
-            if removed:
-                log.info("pruned %d finished tasks", removed)
 
     async def _graceful(self, service: ShardService, server: grpc.aio.Server) -> None:
         log.info("shutting down: running attempts get %.1fs", self._grace)

@@ -125,3 +125,31 @@ async def test_watch_sees_terminal_events_and_drops_a_slow_reader() -> None:
         for _ in range(5):
             await asyncio.wait_for(sub.next(), 5)
     await svc.shutdown(0.1)
+
+
+async def test_finished_rows_are_pruned_after_keep_finished(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from cronoq.shard.driver import DriverOptions
+    from cronoq.shard.service import ServiceOptions
+    from cronoq.stores.sqlite import SqliteStore
+
+    store = SqliteStore(Path(str(tmp_path)) / "shard.db")
+    options = ServiceOptions(driver=DriverOptions(keep_finished_s=0.0, prune_interval_s=0.05))
+    config = CoreConfig(pools=(PoolConfig("default", lease_ttl=30 * NS_PER_S),))
+    svc = ShardService(config, store=store, options=options)
+    await svc.lead()
+    worker = svc.register_worker("default", 1, "w", {}, 3)
+    task_id, _ = await svc.submit(TaskSpec(payload=Blob(b"x")))
+    lease = await next_out(worker)
+    assert isinstance(lease, LeaseOut)
+    svc.worker_complete(worker, lease.lease.id, Blob(b"out"))
+    assert (await svc.wait(task_id, 5)).status is TaskStatus.SUCCEEDED
+    assert (await store.load_output(task_id))[0] is True
+    for _ in range(100):
+        if not (await store.load_output(task_id))[0]:
+            break
+        await asyncio.sleep(0.05)
+    assert (await store.load_output(task_id))[0] is False, "the finished row should have been pruned"
+    await svc.shutdown(0.1)
+    await store.close()
