@@ -16,10 +16,7 @@ from tests.server.harness import (
     ADMIN_TOKEN,
     CLIENT_TOKEN,
     LABELED_WORKER_TOKEN,
-    METRICS_TOKEN,
-    SCOPED_CLIENT_TOKEN,
-    SCOPED_METRICS_TOKEN,
-    TENANT_TOKEN,
+    TOKENS_TOML,
     WORKER_TOKEN,
     ServerProcess,
 )
@@ -37,37 +34,7 @@ max_slots_per_worker = 4
 max_list = 50
 max_key_len = 64
 
-[[auth.tokens]]
-token = "{CLIENT_TOKEN}"
-role = "client"
-
-[[auth.tokens]]
-token = "{WORKER_TOKEN}"
-role = "worker"
-
-[[auth.tokens]]
-token = "{METRICS_TOKEN}"
-role = "metrics"
-
-[[auth.tokens]]
-token = "{ADMIN_TOKEN}"
-role = "admin"
-
-[[auth.tokens]]
-token = "{SCOPED_CLIENT_TOKEN}"
-role = "client"
-pools = ["other"]
-
-[[auth.tokens]]
-token = "{SCOPED_METRICS_TOKEN}"
-role = "metrics"
-pools = ["other"]
-
-[[auth.tokens]]
-token = "{TENANT_TOKEN}"
-role = "client"
-tenant = "a"
-
+{TOKENS_TOML}
 [[auth.tokens]]
 token = "{LABELED_WORKER_TOKEN}"
 role = "worker"

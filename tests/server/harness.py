@@ -28,6 +28,40 @@ SCOPED_METRICS_TOKEN = "scoped-metrics-0123456789abcdef"
 TENANT_TOKEN = "tenant-a-token-0123456789abcdef"
 LABELED_WORKER_TOKEN = "gpu-worker-token-0123456789abcdef"
 
+# One credential per role, plus pool-scoped and tenant-pinned ones, for server configs in tests.
+TOKENS_TOML = f"""
+[[auth.tokens]]
+token = "{CLIENT_TOKEN}"
+role = "client"
+
+[[auth.tokens]]
+token = "{WORKER_TOKEN}"
+role = "worker"
+
+[[auth.tokens]]
+token = "{METRICS_TOKEN}"
+role = "metrics"
+
+[[auth.tokens]]
+token = "{ADMIN_TOKEN}"
+role = "admin"
+
+[[auth.tokens]]
+token = "{SCOPED_CLIENT_TOKEN}"
+role = "client"
+pools = ["other"]
+
+[[auth.tokens]]
+token = "{SCOPED_METRICS_TOKEN}"
+role = "metrics"
+pools = ["other"]
+
+[[auth.tokens]]
+token = "{TENANT_TOKEN}"
+role = "client"
+tenant = "a"
+"""
+
 
 def _random_port() -> int:
     return random.randint(20000, 59999)

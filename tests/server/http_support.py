@@ -18,50 +18,15 @@ from cronoq.client import Lease, Worker
 from cronoq.server.app import Listening, ServerApp
 from cronoq.server.http import HttpGateway, start_http
 from tests.server.harness import (
-    ADMIN_TOKEN,
     CLIENT_TOKEN,
-    METRICS_TOKEN,
-    SCOPED_CLIENT_TOKEN,
-    SCOPED_METRICS_TOKEN,
-    TENANT_TOKEN,
+    TOKENS_TOML,
     WORKER_TOKEN,
     ServerProcess,
 )
 
 FAST_RETRY = "retry = { max_attempts = 2, initial_backoff_s = 0.02, max_backoff_s = 0.05 }"
 
-TOKENS_TOML = f"""
-[[auth.tokens]]
-token = "{CLIENT_TOKEN}"
-role = "client"
 
-[[auth.tokens]]
-token = "{WORKER_TOKEN}"
-role = "worker"
-
-[[auth.tokens]]
-token = "{METRICS_TOKEN}"
-role = "metrics"
-
-[[auth.tokens]]
-token = "{ADMIN_TOKEN}"
-role = "admin"
-
-[[auth.tokens]]
-token = "{SCOPED_CLIENT_TOKEN}"
-role = "client"
-pools = ["other"]
-
-[[auth.tokens]]
-token = "{SCOPED_METRICS_TOKEN}"
-role = "metrics"
-pools = ["other"]
-
-[[auth.tokens]]
-token = "{TENANT_TOKEN}"
-role = "client"
-tenant = "a"
-"""
 
 POOLS_TOML = f"""
 [[pools]]
