@@ -13,7 +13,7 @@ gateway share this module; no token ever reaches a log line or an error message.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from cronoq.config import AuthConfig, CertSpec, Role, TokenSpec
 
@@ -34,16 +34,27 @@ class Principal:
     tenant: str | None = None
     name: str = "anonymous"
     """How logs refer to the caller ("token #2 (worker)", "cert worker-1.internal")."""
+    authorization: str | None = field(default=None, repr=False, compare=False)
+    """The caller's own ``authorization`` value, which a call forwarded to another shard carries."""
+    certificate: bool = False
+    """Authenticated by a client certificate: there is no token to forward for it."""
+    forwarded: bool = False
+    """The call came from another shard's router: answer it here, never forward it again."""
 
     @classmethod
-    def of(cls, spec: TokenSpec | CertSpec, name: str) -> Principal:
+    def of(cls, spec: TokenSpec | CertSpec, name: str, *, authorization: str | None = None) -> Principal:
         return cls(
             role=spec.role,
             pools=None if spec.pools is None else frozenset(spec.pools),
             labels=None if spec.labels is None else frozenset(spec.labels),
             tenant=spec.tenant,
             name=name,
+            authorization=authorization,
+            certificate=isinstance(spec, CertSpec),
         )
+
+    def as_forwarded(self) -> Principal:
+        return replace(self, forwarded=True)
 
     # -------------------------------------------------------------------------------- roles
 
@@ -130,7 +141,7 @@ class Authenticator:
             spec = self._auth.authenticate(token)
             if spec is None:
                 raise ApiError(Code.UNAUTHENTICATED, "unknown token")
-            return Principal.of(spec, self._names.get(id(spec), "token"))
+            return Principal.of(spec, self._names.get(id(spec), "token"), authorization=authorization)
         if cert_dns_names:
             cert = self._auth.cert_for(cert_dns_names)
             if cert is not None:

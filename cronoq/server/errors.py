@@ -14,6 +14,7 @@ import logging
 import grpc
 
 from cronoq.engine import AdmissionError, ConfigError, SubmitCode, UnknownTask
+from cronoq.router.errors import RouteError
 from cronoq.shard.driver import NotLeader, ShuttingDown, StoreUnavailable
 from cronoq.shard.service import DataLoss, WaitTimeout, WorkerRefused
 
@@ -70,6 +71,11 @@ class ApiError(Exception):
     def __repr__(self) -> str:
         return f"ApiError({self.code.name}, {self.message!r})"
 
+    @property
+    def status(self) -> grpc.StatusCode:
+        """The gRPC status (what the router reads from errors of the local shard)."""
+        return self.code.grpc
+
     def http_body(self) -> dict[str, str]:
         """The JSON error body of the HTTP API."""
         return {"error": self.message, "code": self.code.reason}
@@ -119,10 +125,17 @@ def submit_code(code: SubmitCode) -> Code:
     return _SUBMIT_CODES.get(code, Code.INVALID_ARGUMENT)
 
 
+# A peer's RESOURCE_EXHAUSTED is read as "too many requests" (429), not "payload too large".
+_BY_GRPC = {code.grpc: code for code in Code if code is not Code.PAYLOAD_TOO_LARGE}
+
+
 def from_exception(exc: BaseException) -> ApiError:
     """The ``ApiError`` for any exception a handler let through."""
     if isinstance(exc, ApiError):
         return exc
+    if isinstance(exc, RouteError):
+        # The router's own refusals, and the answers of other shards it forwarded to.
+        return ApiError(_BY_GRPC.get(exc.code, Code.INTERNAL), exc.message, exc.metadata)
     if isinstance(exc, AdmissionError):
         # ``str(exc)`` names the offending index of a batch ("task 3: ...").
         return ApiError(submit_code(exc.code), str(exc))

@@ -25,6 +25,7 @@ import grpc
 from cronoq.config import Config, Role
 from cronoq.proto import cronoq_pb2 as pb
 from cronoq.proto import cronoq_pb2_grpc as pbg
+from cronoq.router import FORWARDED, UNAVAILABLE_SHARDS_KEY, Router, collect_unavailable
 from cronoq.shard.blob import Blob
 from cronoq.shard.service import PROTOCOL_VERSION, ShardService
 from cronoq.shard.workers import AbortOut, LeaseOut, ShutdownOut, WorkerSession
@@ -84,9 +85,9 @@ def _cert_names(context: grpc.aio.ServicerContext[Any, Any]) -> list[str]:
     return names
 
 
-def _authorization(context: grpc.aio.ServicerContext[Any, Any]) -> str | None:
+def _metadata_value(context: grpc.aio.ServicerContext[Any, Any], name: str) -> str | None:
     for key, value in context.invocation_metadata() or ():
-        if key == "authorization":
+        if key == name:
             return value if isinstance(value, str) else value.decode("latin-1")
     return None
 
@@ -98,10 +99,15 @@ async def _abort(context: grpc.aio.ServicerContext[Any, Any], error: ApiError) -
 
 
 class GrpcServices(pbg.TasksServicer, pbg.AdminServicer, pbg.WorkersServicer):
-    """All three services on one object. ``standby`` servers authenticate, then refuse."""
+    """All three services on one object. ``standby`` servers authenticate, then refuse.
 
-    def __init__(self, api: Api, authenticator: Authenticator, *, standby: bool = False) -> None:
+    Tasks and Admin calls go through ``router`` (this shard, or forwarded to the shard concerned);
+    Work streams are served by this shard only."""
+
+    def __init__(self, api: Api, authenticator: Authenticator, *, router: Router | None = None,
+                 standby: bool = False) -> None:  # fmt: skip
         self.api = api
+        self.router = router if router is not None else Router(api.config, api)
         self.auth = authenticator
         self.standby = standby
         self.limits = api.limits
@@ -114,9 +120,11 @@ class GrpcServices(pbg.TasksServicer, pbg.AdminServicer, pbg.WorkersServicer):
         pbg.add_WorkersServicer_to_server(self, server)  # type: ignore[no-untyped-call]
 
     def _principal(self, context: grpc.aio.ServicerContext[Any, Any]) -> Principal:
-        principal = self.auth.authenticate(_authorization(context), _cert_names(context))
+        principal = self.auth.authenticate(_metadata_value(context, "authorization"), _cert_names(context))
         if self.standby:
             raise ApiError.unavailable()
+        if _metadata_value(context, FORWARDED) is not None:
+            principal = principal.as_forwarded()
         return principal
 
     async def _unary(self, context: grpc.aio.ServicerContext[Any, Any], request: Req,
@@ -127,62 +135,70 @@ class GrpcServices(pbg.TasksServicer, pbg.AdminServicer, pbg.WorkersServicer):
                 raise ApiError(Code.RESOURCE_EXHAUSTED, "too many requests in flight; retry later")
             self._inflight += 1
             try:
-                return await asyncio.wait_for(handler(principal, request), self._unary_bound)
+                with collect_unavailable() as missing:
+                    response = await asyncio.wait_for(handler(principal, request), self._unary_bound)
+                if missing:
+                    context.set_trailing_metadata(((UNAVAILABLE_SHARDS_KEY, ",".join(missing)),))
+                return response
             except TimeoutError:
                 raise ApiError(Code.CANCELLED, "request timeout expired") from None
             finally:
                 self._inflight -= 1
-        except ApiError as error:
-            return await _abort(context, error)  # type: ignore[no-any-return]
+        except Exception as exc:
+            return await _abort(context, from_exception(exc))  # type: ignore[no-any-return]
 
     # ------------------------------------------------------------------------------- Tasks
 
     async def Submit(self, request: pb.SubmitRequest, context: Any) -> pb.SubmitResponse:
-        return await self._unary(context, request, self.api.submit)
+        return await self._unary(context, request, self.router.submit)
 
     async def SubmitBatch(self, request: pb.SubmitBatchRequest, context: Any) -> pb.SubmitBatchResponse:
-        return await self._unary(context, request, self.api.submit_batch)
+        return await self._unary(context, request, self.router.submit_batch)
 
     async def Cancel(self, request: pb.CancelRequest, context: Any) -> pb.CancelResponse:
-        return await self._unary(context, request, self.api.cancel)
+        return await self._unary(context, request, self.router.cancel)
 
     async def Get(self, request: pb.GetRequest, context: Any) -> pb.TaskInfo:
-        return await self._unary(context, request, self.api.get)
+        return await self._unary(context, request, self.router.get)
 
     async def ListTasks(self, request: pb.ListTasksRequest, context: Any) -> pb.ListTasksResponse:
-        return await self._unary(context, request, self.api.list_tasks)
+        return await self._unary(context, request, self.router.list_tasks)
 
     async def Wait(self, request: pb.WaitRequest, context: Any) -> pb.TaskResult:
-        return await self._unary(context, request, self.api.wait)
+        return await self._unary(context, request, self.router.wait)
 
     async def Watch(self, request: pb.WatchRequest, context: Any) -> None:
         try:
             principal = self._principal(context)
-            events = await self.api.watch(principal, request)
+            with collect_unavailable() as missing:
+                events = await self.router.watch(principal, request)
             try:
+                # Headers go out as soon as the subscription exists, so a router forwarding this
+                # watch knows the shard is in; shards it could not reach are named here.
+                await context.send_initial_metadata(((UNAVAILABLE_SHARDS_KEY, ",".join(missing)),) if missing else ())
                 async for event in events:
                     await context.write(event)
             finally:
-                await events.aclose()  # ends the subscription at once, also when the caller left
-        except ApiError as error:
-            await _abort(context, error)
+                await events.aclose()  # type: ignore[attr-defined]  # ends the subscription at once
+        except Exception as exc:
+            await _abort(context, from_exception(exc))
 
     # ------------------------------------------------------------------------------- Admin
 
     async def Snapshot(self, request: pb.Empty, context: Any) -> pb.SnapshotResponse:
-        return await self._unary(context, request, self.api.snapshot)
+        return await self._unary(context, request, self.router.snapshot)
 
     async def AddRecurring(self, request: pb.RecurringRequest, context: Any) -> pb.Empty:
-        return await self._unary(context, request, self.api.add_recurring)
+        return await self._unary(context, request, self.router.add_recurring)
 
     async def RemoveRecurring(self, request: pb.RemoveRecurringRequest, context: Any) -> pb.RemoveRecurringResponse:
-        return await self._unary(context, request, self.api.remove_recurring)
+        return await self._unary(context, request, self.router.remove_recurring)
 
     async def ListWorkers(self, request: pb.Empty, context: Any) -> pb.ListWorkersResponse:
-        return await self._unary(context, request, self.api.list_workers)
+        return await self._unary(context, request, self.router.list_workers)
 
     async def ListRecurring(self, request: pb.Empty, context: Any) -> pb.ListRecurringResponse:
-        return await self._unary(context, request, self.api.list_recurring)
+        return await self._unary(context, request, self.router.list_recurring)
 
     # ------------------------------------------------------------------------------- Workers
 

@@ -61,6 +61,8 @@ SECONDS: Schema = {"type": "number", "minimum": 0, "maximum": MAX_SECONDS}
 BASE64 = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 COUNT: Schema = {"type": "integer", "minimum": 0}
 STRING_MAP: Schema = {"type": "object", "additionalProperties": {"type": "string"}}
+SHARD_NAMES: Schema = {"type": "array", "items": {"type": "string"},
+                       "description": "Shards that could not be asked (only when one was missing)."}
 
 
 def _schemas(limits: LimitsConfig) -> dict[str, Schema]:
@@ -163,6 +165,7 @@ def _schemas(limits: LimitsConfig) -> dict[str, Schema]:
                 "output": {"description": "The output as JSON, when its bytes are a JSON document."},
                 "output_b64": {"type": "string", "contentEncoding": "base64"},
                 "message": {"type": "string"},
+                "unavailable_shards": SHARD_NAMES,
             },
             ("id", "status", "output_available"),
         ),
@@ -182,6 +185,7 @@ def _schemas(limits: LimitsConfig) -> dict[str, Schema]:
                 "created_unix_ns": UNIX_NS_OUT,
                 "started_unix_ns": UNIX_NS_OUT,
                 "finished_unix_ns": UNIX_NS_OUT,
+                "unavailable_shards": SHARD_NAMES,
             },
             ("id", "status", "pool", "kind", "priority", "attempt", "max_attempts", "output_available"),
             description="Only id and status are authoritative; the rest is best effort.",
@@ -190,7 +194,7 @@ def _schemas(limits: LimitsConfig) -> dict[str, Schema]:
             {
                 "tasks": {"type": "array", "items": _ref("TaskInfo")},
                 "next_after": {**ID_OUT, "description": "Pass as after for the next page; absent on the last."},
-                "unavailable_shards": {"type": "array", "items": {"type": "string"}},
+                "unavailable_shards": SHARD_NAMES,
             },
             ("tasks",),
         ),
@@ -201,7 +205,7 @@ def _schemas(limits: LimitsConfig) -> dict[str, Schema]:
                 "running": COUNT,
                 "pending": COUNT,
                 "workers_connected": COUNT,
-                "unavailable_shards": {"type": "array", "items": {"type": "string"}},
+                "unavailable_shards": SHARD_NAMES,
                 "pools": {"type": "array", "items": _ref("PoolSnapshot")},
                 "totals": _ref("Totals"),
             },
@@ -241,7 +245,7 @@ def _schemas(limits: LimitsConfig) -> dict[str, Schema]:
                     },
                     ("id", "name", "pool", "labels", "slots", "busy", "connected_unix_ns"),
                 )},
-                "unavailable_shards": {"type": "array", "items": {"type": "string"}},
+                "unavailable_shards": SHARD_NAMES,
             },
             ("workers",),
         ),
@@ -260,7 +264,7 @@ def _schemas(limits: LimitsConfig) -> dict[str, Schema]:
                     },
                     ("name", "cron", "pool", "kind", "overlap"),
                 )},
-                "unavailable_shards": {"type": "array", "items": {"type": "string"}},
+                "unavailable_shards": SHARD_NAMES,
             },
             ("schedules",),
         ),

@@ -263,7 +263,7 @@ def test_error_mapping() -> None:
     assert ApiError(Code.RESOURCE_EXHAUSTED, "full").http_body() == {"error": "full", "code": "too_many_requests"}
 
 
-async def test_a_pool_of_another_shard_is_refused_with_its_endpoint() -> None:
+async def test_a_pool_of_another_shard_is_forwarded_and_its_workers_are_sent_there() -> None:
     config = Config.parse("""
 [server]
 grpc_addr = "127.0.0.1:0"
@@ -298,8 +298,16 @@ endpoint = "http://127.0.0.1:2"
             tasks = pbg.TasksStub(channel)
             local = await tasks.Submit(pb.SubmitRequest(task=pb.TaskSpec(pool="here")))
             assert local.id >> 56 == 1  # the shard number is in the top 8 bits of the id
+            # Work for the other shard is forwarded; nothing listens at its endpoint here.
             with pytest.raises(grpc.aio.AioRpcError) as err:
                 await tasks.Submit(pb.SubmitRequest(task=pb.TaskSpec(pool="there")))
+            assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert "shard 'two' is unavailable" in (err.value.details() or "")
+            # A worker for the other shard's pool is refused with the endpoint to use instead.
+            work = pbg.WorkersStub(channel).Work()
+            await work.write(pb.WorkerMessage(register=pb.Register(pool="there", slots=1, protocol_version=3)))
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await work.read()
             assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
             trailing = dict(err.value.trailing_metadata() or ())
             assert trailing.get("cronoq-shard") == "two"

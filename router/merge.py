@@ -1,0 +1,67 @@
+"""Combining the answers of several shards into one."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+
+from cronoq.proto import cronoq_pb2 as pb
+
+__all__ = ["snapshots", "streams"]
+
+_TOTALS = tuple(pb.Totals.DESCRIPTOR.fields_by_name)
+
+
+def snapshots(parts: Sequence[pb.SnapshotResponse], unavailable: Sequence[str]) -> pb.SnapshotResponse:
+    """One snapshot of every shard: pools side by side (each pool lives in one shard), counts and
+    totals summed, and the shards that could not be asked."""
+    out = pb.SnapshotResponse(unavailable_shards=list(unavailable))
+    for part in parts:
+        out.pools.extend(part.pools)
+        out.live_tasks += part.live_tasks
+        out.running += part.running
+        out.pending += part.pending
+        out.workers_connected += part.workers_connected
+        for name in _TOTALS:
+            setattr(out.totals, name, getattr(out.totals, name) + getattr(part.totals, name))
+    return out
+
+
+_END = object()
+
+
+async def streams(sources: Sequence[AsyncIterator[pb.StatusEvent]]) -> AsyncIterator[pb.StatusEvent]:
+    """Events of every source as they come. Ends when any source ends; a source's error is raised
+    here. Closing this iterator closes every source."""
+    if len(sources) == 1:
+        async for event in sources[0]:
+            yield event
+        return
+    queue: asyncio.Queue[object] = asyncio.Queue(maxsize=1024)
+
+    async def pump(source: AsyncIterator[pb.StatusEvent]) -> None:
+        try:
+            async for event in source:
+                await queue.put(event)
+        except Exception as exc:
+            await queue.put(exc)
+            return
+        await queue.put(_END)
+
+    pumps = [asyncio.ensure_future(pump(source)) for source in sources]
+    try:
+        while True:
+            item = await queue.get()
+            if item is _END:
+                return
+            if isinstance(item, Exception):
+                raise item
+            yield item  # type: ignore[misc]
+    finally:
+        for task in pumps:
+            task.cancel()
+        await asyncio.gather(*pumps, return_exceptions=True)
+        for source in sources:
+            with contextlib.suppress(Exception):
+                await source.aclose()  # type: ignore[attr-defined]

@@ -1,0 +1,615 @@
+"""The router in every node: which shard(s) a call concerns, and how to reach them.
+
+``Router`` has the same calls as the server's transport-independent API (``cronoq.server.api.Api``:
+``(principal, request message) -> response message``) and sits in front of it. A call that concerns
+only this node's shard goes to the local API unchanged; work for another shard is forwarded to that
+shard's endpoint as the same ``cronoq.v1`` request, carrying the caller's own ``authorization`` and
+marked ``cronoq-forwarded`` so the receiving node answers it itself and never forwards it again.
+
+- Submissions, batches and new schedules go to the shard of their pool (a batch must stay in one).
+- Lookups, waits and cancellations by id go to the shard in the id's top 8 bits.
+- By key, every shard is asked: a key found in two shards is refused (FAILED_PRECONDITION), Get and
+  Wait still answer while a shard is missing (naming it), Cancel by key is refused (UNAVAILABLE).
+- Listings, snapshots and watches cover every shard and name the ones that could not be asked.
+- Some calls are not forwarded but refused with FAILED_PRECONDITION and the shard's endpoint in
+  ``cronoq-shard`` / ``cronoq-shard-endpoint``: callers authenticated by a client certificate (there
+  is no token to forward) and shards behind plain ``http://`` on another host.
+
+Credentials are checked (role, pool scope) before anything about shards is revealed. Errors are
+``RouteError`` or whatever the local API raises; the server maps both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from contextvars import ContextVar
+from functools import partial
+from typing import Any, Protocol
+
+import grpc
+from cronoq.cluster.peers import Peer, PeerChannels
+from cronoq.config import Config, Role, ShardSection
+
+from cronoq.proto import cronoq_pb2 as pb
+
+from . import merge
+from .errors import RouteError
+
+__all__ = ["FORWARDED", "UNAVAILABLE_SHARDS_KEY", "Caller", "LocalApi", "Router", "collect_unavailable"]
+
+FORWARDED = "cronoq-forwarded"
+"""Metadata / header marking a call one router forwarded to another shard."""
+UNAVAILABLE_SHARDS_KEY = "cronoq-unavailable-shards"
+"""Response metadata naming shards a by-key lookup could not ask (comma-separated)."""
+
+SHARD_BITS = 56
+"""Task ids carry their shard's number above this bit."""
+PEER_READ_TIMEOUT_S = 5.0
+"""Longest a fan-out read waits for one shard before naming it unavailable."""
+
+_unavailable: ContextVar[list[str] | None] = ContextVar("cronoq_unavailable_shards", default=None)
+
+Status = grpc.StatusCode
+_MISSING = frozenset({Status.UNAVAILABLE, Status.DEADLINE_EXCEEDED, Status.CANCELLED})
+"""Statuses that mean "this shard could not answer" rather than "it answered no"."""
+
+
+@contextlib.contextmanager
+def collect_unavailable() -> Any:
+    """Within the block, shards a call could not ask are appended to the yielded list (for
+    responses that carry them outside the message: gRPC metadata, HTTP task-detail fields)."""
+    names: list[str] = []
+    token = _unavailable.set(names)
+    try:
+        yield names
+    finally:
+        _unavailable.reset(token)
+
+
+def _note_unavailable(names: Iterable[str]) -> None:
+    sink = _unavailable.get()
+    if sink is not None:
+        sink.extend(name for name in names if name not in sink)
+
+
+_Answers = list[tuple[ShardSection, Any]]
+"""Per shard that answered: the shard and its answer."""
+
+
+class Caller(Protocol):
+    """What the router needs of an authenticated caller (``cronoq.server.auth.Principal``)."""
+
+    @property
+    def authorization(self) -> str | None: ...
+    @property
+    def certificate(self) -> bool: ...
+    @property
+    def forwarded(self) -> bool: ...
+
+    def require(self, *roles: Role) -> None: ...
+    def sees(self, pool: str) -> bool: ...
+
+
+class LocalApi(Protocol):
+    """This node's shard: the server's API object."""
+
+    default_pool: str
+
+    def submit(self, principal: Any, request: pb.SubmitRequest) -> Awaitable[pb.SubmitResponse]: ...
+    def submit_batch(self, principal: Any, request: pb.SubmitBatchRequest) -> Awaitable[pb.SubmitBatchResponse]: ...
+    def get(self, principal: Any, request: pb.GetRequest) -> Awaitable[pb.TaskInfo]: ...
+    def list_tasks(self, principal: Any, request: pb.ListTasksRequest) -> Awaitable[pb.ListTasksResponse]: ...
+    def wait(self, principal: Any, request: pb.WaitRequest) -> Awaitable[pb.TaskResult]: ...
+    def cancel(self, principal: Any, request: pb.CancelRequest) -> Awaitable[pb.CancelResponse]: ...
+    def watch(self, principal: Any, request: pb.WatchRequest) -> Awaitable[AsyncIterator[pb.StatusEvent]]: ...
+    def snapshot(self, principal: Any, request: pb.Empty | None = None) -> Awaitable[pb.SnapshotResponse]: ...
+    def metrics_text(self, principal: Any) -> Awaitable[tuple[bytes, str]]: ...
+    def add_recurring(self, principal: Any, request: pb.RecurringRequest) -> Awaitable[pb.Empty]: ...
+    def remove_recurring(self, principal: Any, request: pb.RemoveRecurringRequest
+                         ) -> Awaitable[pb.RemoveRecurringResponse]: ...  # fmt: skip
+    def list_workers(self, principal: Any, request: pb.Empty | None = None) -> Awaitable[pb.ListWorkersResponse]: ...
+    def list_recurring(self, principal: Any, request: pb.Empty | None = None
+                       ) -> Awaitable[pb.ListRecurringResponse]: ...  # fmt: skip
+
+
+def status_of(exc: BaseException) -> grpc.StatusCode | None:
+    """The gRPC status an error stands for: ``RouteError``, a peer's ``AioRpcError``, or any error
+    with a ``status`` attribute (the server's ``ApiError``)."""
+    if isinstance(exc, RouteError):
+        return exc.code
+    if isinstance(exc, grpc.aio.AioRpcError):
+        return exc.code()
+    status = getattr(exc, "status", None)
+    return status if isinstance(status, grpc.StatusCode) else None
+
+
+class Router:
+    """Routes every call of the API between this node's shard and its peers."""
+
+    def __init__(self, config: Config, local: LocalApi, *,
+                 traceparent: Callable[[], str | None] | None = None) -> None:  # fmt: skip
+        self.config = config
+        self.local = local
+        self.limits = config.limits
+        self.sharded = config.sharded and config.local_shard() is not None
+        local_shard = config.local_shard()
+        self.local_name = local_shard.name if local_shard is not None else ""
+        self.peers = PeerChannels(config)
+        self._all_pools = frozenset(pool.name for pool in config.pools)
+        self._by_number = {shard.number: shard for shard in config.shards}
+        self._ordered = sorted(config.shards, key=lambda shard: shard.number)
+        self._traceparent = traceparent
+
+    async def close(self) -> None:
+        await self.peers.close()
+
+    # ------------------------------------------------------------------------------ decisions
+
+    def _local_only(self, caller: Caller) -> bool:
+        return not self.sharded or caller.forwarded
+
+    def _check_pool(self, caller: Caller, pool: str, where: str = "") -> None:
+        """Scope first (a pool the caller may not use reveals nothing), then existence."""
+        if not caller.sees(pool):
+            raise RouteError(Status.PERMISSION_DENIED, f"{where}this credential may not use pool {pool!r}")
+        if pool not in self._all_pools:
+            raise RouteError(Status.NOT_FOUND, f"{where}unknown pool {pool!r}")
+
+    def _shard_of_pool(self, pool: str) -> ShardSection:
+        shard = self.config.shard_of_pool(pool)
+        assert shard is not None
+        return shard
+
+    def _peer_for(self, caller: Caller, shard: ShardSection, what: str) -> Peer | None:
+        """Where a call about ``shard`` goes: None for this node, else the peer to forward to.
+        Refuses (FAILED_PRECONDITION + endpoint metadata) what must not be forwarded."""
+        if shard.name == self.local_name:
+            return None
+        if caller.certificate:
+            reason = "callers authenticated by a client certificate have no token to forward"
+        else:
+            peer = self.peers.peer(shard.name)
+            if peer.refusal is None:
+                return peer
+            reason = peer.refusal
+        raise RouteError(
+            Status.FAILED_PRECONDITION,
+            f"{what} is served by shard {shard.name!r} at {shard.endpoint}; call it there ({reason})",
+            (("cronoq-shard", shard.name), ("cronoq-shard-endpoint", shard.endpoint)),
+        )
+
+    def _reachable(self, caller: Caller, shard: ShardSection) -> Peer | None:
+        """For fan-out reads: the peer to ask, or None when it cannot be asked for this caller."""
+        if caller.certificate:
+            return None
+        peer = self.peers.peer(shard.name)
+        return peer if peer.refusal is None else None
+
+    def _metadata(self, caller: Caller) -> list[tuple[str, str]]:
+        metadata = [(FORWARDED, "1")]
+        if caller.authorization:
+            metadata.append(("authorization", caller.authorization))
+        if self._traceparent is not None:
+            traceparent = self._traceparent()
+            if traceparent:
+                metadata.append(("traceparent", traceparent))
+        return metadata
+
+    async def _forward(self, peer: Peer, service: str, method: str, request: Any, caller: Caller,
+                       timeout: float) -> Any:  # fmt: skip
+        stub = peer.tasks if service == "tasks" else peer.admin
+        try:
+            return await getattr(stub, method)(request, metadata=self._metadata(caller), timeout=timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise _peer_error(peer, exc) from None
+
+    def _wait_timeout(self, requested: float | None) -> float:
+        cap = self.limits.max_wait_s
+        wait = cap if requested is None or requested != requested else max(0.0, min(requested, cap))
+        return wait + self.limits.request_timeout_s
+
+    # ------------------------------------------------------------------------------ Tasks
+
+    async def submit(self, caller: Caller, request: pb.SubmitRequest) -> pb.SubmitResponse:
+        if self._local_only(caller):
+            return await self.local.submit(caller, request)
+        caller.require(Role.CLIENT)
+        pool = request.task.pool or self.local.default_pool
+        self._check_pool(caller, pool)
+        peer = self._peer_for(caller, self._shard_of_pool(pool), f"pool {pool!r}")
+        if peer is None:
+            return await self.local.submit(caller, request)
+        timeout = self.limits.request_timeout_s
+        if request.wait:
+            timeout = self._wait_timeout(request.wait_timeout_s if request.HasField("wait_timeout_s") else None)
+        response: pb.SubmitResponse = await self._forward(peer, "tasks", "Submit", request, caller, timeout)
+        return response
+
+    async def submit_batch(self, caller: Caller, request: pb.SubmitBatchRequest) -> pb.SubmitBatchResponse:
+        if self._local_only(caller) or not request.tasks:
+            return await self.local.submit_batch(caller, request)
+        caller.require(Role.CLIENT)
+        if len(request.tasks) > self.limits.max_tasks_per_batch:
+            return await self.local.submit_batch(caller, request)  # reports the limit
+        shard: ShardSection | None = None
+        first = 0
+        for index, task in enumerate(request.tasks):
+            pool = task.pool or self.local.default_pool
+            self._check_pool(caller, pool, f"task {index}: ")
+            owner = self._shard_of_pool(pool)
+            if shard is None:
+                shard, first = owner, index
+            elif owner.name != shard.name:
+                raise RouteError(Status.INVALID_ARGUMENT,
+                                 f"a batch must stay in one shard: task {first} is for shard {shard.name!r}, "
+                                 f"task {index} for shard {owner.name!r}")  # fmt: skip
+        assert shard is not None
+        peer = self._peer_for(caller, shard, "this batch")
+        if peer is None:
+            return await self.local.submit_batch(caller, request)
+        response: pb.SubmitBatchResponse = await self._forward(
+            peer, "tasks", "SubmitBatch", request, caller, self.limits.request_timeout_s
+        )
+        return response
+
+    def _shard_of_id(self, task_id: int) -> ShardSection | None:
+        return self._by_number.get(task_id >> SHARD_BITS)
+
+    async def get(self, caller: Caller, request: pb.GetRequest) -> pb.TaskInfo:
+        if self._local_only(caller) or _malformed(request.task):
+            return await self.local.get(caller, request)  # the local API explains what is wrong
+        caller.require(Role.CLIENT)
+        if _by_key(request.task):
+            _, found = await self._find_key(caller, request.task.key, cancelling=False)
+            return found
+        peer = self._peer_by_id(caller, request.task.id)
+        if peer is None:
+            return await self.local.get(caller, request)
+        info: pb.TaskInfo = await self._forward(peer, "tasks", "Get", request, caller, self.limits.request_timeout_s)
+        return info
+
+    def _peer_by_id(self, caller: Caller, task_id: int) -> Peer | None:
+        shard = self._shard_of_id(task_id)
+        if shard is None:
+            raise RouteError(Status.NOT_FOUND, "task not found")
+        return self._peer_for(caller, shard, f"task {task_id}")
+
+    async def wait(self, caller: Caller, request: pb.WaitRequest) -> pb.TaskResult:
+        if self._local_only(caller) or _malformed(request.task):
+            return await self.local.wait(caller, request)  # the local API explains what is wrong
+        caller.require(Role.CLIENT)
+        if _by_key(request.task):
+            shard, info = await self._find_key(caller, request.task.key, cancelling=False)
+            request = _with_id(request, info.id)
+            peer = None if shard.name == self.local_name else self.peers.peer(shard.name)
+        else:
+            peer = self._peer_by_id(caller, request.task.id)
+        if peer is None:
+            return await self.local.wait(caller, request)
+        timeout = self._wait_timeout(request.timeout_s if request.HasField("timeout_s") else None)
+        result: pb.TaskResult = await self._forward(peer, "tasks", "Wait", request, caller, timeout)
+        return result
+
+    async def cancel(self, caller: Caller, request: pb.CancelRequest) -> pb.CancelResponse:
+        if self._local_only(caller) or _malformed(request.task):
+            return await self.local.cancel(caller, request)  # the local API explains what is wrong
+        caller.require(Role.CLIENT)
+        if _by_key(request.task):
+            shard, info = await self._find_key(caller, request.task.key, cancelling=True)
+            request = pb.CancelRequest(task=pb.TaskRef(id=info.id))
+            peer = None if shard.name == self.local_name else self.peers.peer(shard.name)
+        else:
+            peer = self._peer_by_id(caller, request.task.id)
+        if peer is None:
+            return await self.local.cancel(caller, request)
+        response: pb.CancelResponse = await self._forward(peer, "tasks", "Cancel", request, caller,
+                                                          self.limits.request_timeout_s)  # fmt: skip
+        return response
+
+    async def _find_key(self, caller: Caller, key: str, *, cancelling: bool) -> tuple[ShardSection, pb.TaskInfo]:
+        """Ask every shard for the task with ``key``: exactly one may hold it."""
+        request = pb.GetRequest(task=pb.TaskRef(key=key))
+        answers, missing = await self._fan_out(
+            caller,
+            lambda: self.local.get(caller, request),
+            lambda peer: self._forward(peer, "tasks", "Get", request, caller, PEER_READ_TIMEOUT_S),
+            absent=Status.NOT_FOUND,
+        )
+        found = [(shard, info) for shard, info in answers if info is not None]
+        if len(found) > 1:
+            names = " and ".join(repr(shard.name) for shard, _ in found)
+            raise RouteError(Status.FAILED_PRECONDITION,
+                             f"key {key!r} names tasks in shards {names}; use the task id")  # fmt: skip
+        if cancelling and missing:
+            raise RouteError(Status.UNAVAILABLE,
+                             f"cannot cancel by key while shards {', '.join(missing)} cannot be asked (another "
+                             f"task with this key may be there); cancel by id")  # fmt: skip
+        if not found:
+            if missing:
+                raise RouteError(Status.UNAVAILABLE,
+                                 f"task not found in the reachable shards; shards {', '.join(missing)} could not "
+                                 f"be asked", ((UNAVAILABLE_SHARDS_KEY, ",".join(missing)),))  # fmt: skip
+            raise RouteError(Status.NOT_FOUND, "task not found")
+        _note_unavailable(missing)
+        return found[0]
+
+    async def _fan_out(self, caller: Caller, local: Callable[[], Awaitable[Any]],
+                       remote: Callable[[Peer], Awaitable[Any]], *,
+                       absent: grpc.StatusCode | None = None) -> tuple[_Answers, list[str]]:  # fmt: skip
+        """Ask every shard (concurrently, in shard-number order). Returns the answers, with None
+        for shards that answered ``absent``, and the names of shards that could not be asked."""
+        shards: list[ShardSection] = []
+        calls: list[Awaitable[Any]] = []
+        missing: list[str] = []
+        for shard in self._ordered:
+            if shard.name == self.local_name:
+                shards.append(shard)
+                calls.append(local())
+                continue
+            peer = self._reachable(caller, shard)
+            if peer is None:
+                missing.append(shard.name)
+                continue
+            shards.append(shard)
+            calls.append(remote(peer))
+        results = await asyncio.gather(*calls, return_exceptions=True)
+        answers: _Answers = []
+        for shard, result in zip(shards, results, strict=True):
+            if isinstance(result, BaseException):
+                status = status_of(result)
+                if status is not None and status == absent:
+                    answers.append((shard, None))
+                    continue
+                if status in _MISSING:
+                    missing.append(shard.name)
+                    continue
+                raise result
+            answers.append((shard, result))
+        order = {shard.name: shard.number for shard in self._ordered}
+        missing.sort(key=lambda name: order[name])
+        return answers, missing
+
+    async def list_tasks(self, caller: Caller, request: pb.ListTasksRequest) -> pb.ListTasksResponse:
+        if self._local_only(caller):
+            return await self.local.list_tasks(caller, request)
+        caller.require(Role.CLIENT)
+        for pool in request.pools:
+            self._check_pool(caller, pool)
+        wanted = set(request.pools)
+        limit = request.limit or 100
+        limit = max(1, min(limit, self.limits.max_list))
+        start = request.after >> SHARD_BITS
+        page = pb.ListTasksResponse()
+        for shard in self._ordered:
+            if shard.number < start:
+                continue
+            pools = [pool for pool in shard.pools if pool in wanted] if wanted else []
+            if wanted and not pools:
+                continue
+            if not wanted and not any(caller.sees(pool) for pool in shard.pools):
+                continue
+            remaining = limit - len(page.tasks)
+            if remaining <= 0:
+                page.next_after = page.tasks[-1].id
+                break
+            sub = pb.ListTasksRequest(pools=pools, statuses=request.statuses,
+                                      after=request.after if shard.number == start else 0, limit=remaining)  # fmt: skip
+            try:
+                local = partial(self.local.list_tasks, caller, sub)
+                part = await self._ask(caller, shard, "tasks", "ListTasks", sub, local)
+            except _Unreachable:
+                page.unavailable_shards.append(shard.name)
+                continue
+            page.tasks.extend(part.tasks)
+            page.unavailable_shards.extend(part.unavailable_shards)
+            if part.next_after:
+                page.next_after = part.next_after
+                break
+        return page
+
+    async def _ask(self, caller: Caller, shard: ShardSection, service: str, method: str, request: Any,
+                   local: Callable[[], Awaitable[Any]]) -> Any:  # fmt: skip
+        """One shard's answer to a read; ``_Unreachable`` when it cannot be asked."""
+        if shard.name == self.local_name:
+            try:
+                return await local()
+            except Exception as exc:
+                if status_of(exc) in _MISSING:
+                    raise _Unreachable from exc
+                raise
+        peer = self._reachable(caller, shard)
+        if peer is None:
+            raise _Unreachable
+        try:
+            return await self._forward(peer, service, method, request, caller, PEER_READ_TIMEOUT_S)
+        except RouteError as exc:
+            if exc.code in _MISSING:
+                raise _Unreachable from exc
+            raise
+
+    async def watch(self, caller: Caller, request: pb.WatchRequest) -> AsyncIterator[pb.StatusEvent]:
+        """Subscribe on every shard the filter concerns, then merge their streams. The merged
+        stream ends when any shard's stream ends. Shards that cannot be asked at the start are
+        noted as unavailable and left out."""
+        if self._local_only(caller):
+            return await self.local.watch(caller, request)
+        caller.require(Role.CLIENT)
+        for pool in request.pools:
+            self._check_pool(caller, pool)
+        wanted = set(request.pools)
+        sources: list[AsyncIterator[pb.StatusEvent]] = []
+        calls: list[Any] = []
+        missing: list[str] = []
+        try:
+            for shard in self._ordered:
+                pools = [pool for pool in shard.pools if pool in wanted]
+                ids = [task_id for task_id in request.ids if task_id >> SHARD_BITS == shard.number]
+                if (wanted and not pools) or (request.ids and not ids and not request.keys):
+                    continue
+                sub = pb.WatchRequest(pools=pools, ids=ids, keys=request.keys, all_transitions=request.all_transitions)
+                if shard.name == self.local_name:
+                    sources.append(await self.local.watch(caller, sub))
+                    continue
+                peer = self._reachable(caller, shard)
+                call = None if peer is None else await self._open_watch(peer, sub, caller)
+                if call is None:
+                    missing.append(shard.name)
+                    continue
+                calls.append(call)
+                sources.append(_remote_events(peer, call))  # type: ignore[arg-type]
+        except BaseException:
+            for call in calls:
+                call.cancel()
+            for source in sources:
+                with contextlib.suppress(Exception):
+                    await source.aclose()  # type: ignore[attr-defined]
+            raise
+        _note_unavailable(missing)
+        return merge.streams(sources)
+
+    async def _open_watch(self, peer: Peer, request: pb.WatchRequest, caller: Caller) -> Any:
+        """A peer's Watch call once the peer confirmed the subscription (our servers send their
+        initial metadata right after subscribing); None when the peer cannot be reached."""
+        call = peer.tasks.Watch(request, metadata=self._metadata(caller))
+        try:
+            await asyncio.wait_for(call.initial_metadata(), PEER_READ_TIMEOUT_S)
+        except TimeoutError:
+            call.cancel()
+            return None
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() in _MISSING:
+                return None
+            raise _peer_error(peer, exc) from None
+        if call.done():
+            code = await call.code()
+            if code in _MISSING:
+                return None
+            if code != Status.OK:
+                raise RouteError(code, await call.details() or "watch refused")
+        return call
+
+    # ------------------------------------------------------------------------------ Admin
+
+    async def snapshot(self, caller: Caller, request: pb.Empty | None = None) -> pb.SnapshotResponse:
+        if self._local_only(caller):
+            return await self.local.snapshot(caller, request)
+        caller.require(Role.METRICS)
+        parts, missing = await self._read_all(caller, "Snapshot", lambda: self.local.snapshot(caller, pb.Empty()))
+        return merge.snapshots(parts, missing)
+
+    async def metrics_text(self, caller: Caller) -> tuple[bytes, str]:
+        return await self.local.metrics_text(caller)  # Prometheus is scraped per server
+
+    async def list_workers(self, caller: Caller, request: pb.Empty | None = None) -> pb.ListWorkersResponse:
+        if self._local_only(caller):
+            return await self.local.list_workers(caller, request)
+        caller.require(Role.METRICS)
+        parts, missing = await self._read_all(caller, "ListWorkers",
+                                              lambda: self.local.list_workers(caller, pb.Empty()))  # fmt: skip
+        response = pb.ListWorkersResponse(unavailable_shards=missing)
+        for part in parts:
+            response.workers.extend(part.workers)
+        return response
+
+    async def list_recurring(self, caller: Caller, request: pb.Empty | None = None) -> pb.ListRecurringResponse:
+        if self._local_only(caller):
+            return await self.local.list_recurring(caller, request)
+        caller.require(Role.METRICS)
+        parts, missing = await self._read_all(caller, "ListRecurring",
+                                              lambda: self.local.list_recurring(caller, pb.Empty()))  # fmt: skip
+        response = pb.ListRecurringResponse(unavailable_shards=missing)
+        for part in parts:
+            response.schedules.extend(part.schedules)
+        return response
+
+    async def _read_all(self, caller: Caller, method: str,
+                        local: Callable[[], Awaitable[Any]]) -> tuple[list[Any], list[str]]:  # fmt: skip
+        answers, missing = await self._fan_out(
+            caller, local, lambda peer: self._forward(peer, "admin", method, pb.Empty(), caller, PEER_READ_TIMEOUT_S)
+        )
+        parts = [answer for _, answer in answers]
+        for part in parts:
+            for name in part.unavailable_shards:
+                if name not in missing:
+                    missing.append(name)
+        return parts, missing
+
+    async def add_recurring(self, caller: Caller, request: pb.RecurringRequest) -> pb.Empty:
+        if self._local_only(caller):
+            return await self.local.add_recurring(caller, request)
+        caller.require(Role.ADMIN)
+        pool = request.template.pool or self.local.default_pool
+        self._check_pool(caller, pool)
+        peer = self._peer_for(caller, self._shard_of_pool(pool), f"pool {pool!r}")
+        if peer is None:
+            return await self.local.add_recurring(caller, request)
+        response: pb.Empty = await self._forward(peer, "admin", "AddRecurring", request, caller,
+                                                 self.limits.request_timeout_s)  # fmt: skip
+        return response
+
+    async def remove_recurring(self, caller: Caller, request: pb.RemoveRecurringRequest) -> pb.RemoveRecurringResponse:
+        """Schedule names are per shard: remove it wherever it exists."""
+        if self._local_only(caller):
+            return await self.local.remove_recurring(caller, request)
+        caller.require(Role.ADMIN)
+        answers, missing = await self._fan_out(
+            caller,
+            lambda: self.local.remove_recurring(caller, request),
+            lambda peer: self._forward(peer, "admin", "RemoveRecurring", request, caller,
+                                       self.limits.request_timeout_s),
+        )
+        removed = any(answer.removed for _, answer in answers)
+        if not removed and missing:
+            raise RouteError(Status.UNAVAILABLE,
+                             f"schedule {request.name!r} not found in the reachable shards; shards "
+                             f"{', '.join(missing)} could not be asked")  # fmt: skip
+        return pb.RemoveRecurringResponse(removed=removed)
+
+
+def _by_key(ref: pb.TaskRef) -> bool:
+    return ref.WhichOneof("target") == "key"
+
+
+def _malformed(ref: pb.TaskRef) -> bool:
+    which = ref.WhichOneof("target")
+    return which is None or (which == "key" and not ref.key)
+
+
+class _Unreachable(Exception):
+    """A shard that a read could not ask."""
+
+
+def _with_id(request: pb.WaitRequest, task_id: int) -> pb.WaitRequest:
+    out = pb.WaitRequest(task=pb.TaskRef(id=task_id))
+    if request.HasField("timeout_s"):
+        out.timeout_s = request.timeout_s
+    return out
+
+
+def _peer_error(peer: Peer, exc: grpc.aio.AioRpcError) -> RouteError:
+    """A peer's failure as this node's answer: its own status and message, or, when it could not
+    be reached, UNAVAILABLE naming the shard."""
+    code = exc.code()
+    details = exc.details() or ""
+    metadata = tuple((str(key), value) for key, value in (exc.trailing_metadata() or ())
+                     if isinstance(value, str) and key.startswith("cronoq-"))  # fmt: skip
+    if code in (Status.UNAVAILABLE, Status.DEADLINE_EXCEEDED) and not details.startswith("not the leader"):
+        return RouteError(Status.UNAVAILABLE, f"shard {peer.name!r} is unavailable ({details or code.name.lower()})",
+                          metadata)  # fmt: skip
+    return RouteError(code, details or code.name.lower(), metadata)
+
+
+async def _remote_events(peer: Peer, call: Any) -> AsyncIterator[pb.StatusEvent]:
+    try:
+        async for event in call:
+            yield event
+    except grpc.aio.AioRpcError as exc:
+        raise _peer_error(peer, exc) from None
+    finally:
+        call.cancel()
+
+
+def shards_of(sections: Sequence[ShardSection]) -> list[str]:
+    return [shard.name for shard in sections]
