@@ -5,10 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
+from typing import TypeVar
 
 from cronoq.proto import cronoq_pb2 as pb
 
-__all__ = ["snapshots", "streams"]
+__all__ = ["concatenated", "snapshots", "streams"]
+
+Listing = TypeVar("Listing", pb.ListWorkersResponse, pb.ListRecurringResponse)
 
 _TOTALS = tuple(pb.Totals.DESCRIPTOR.fields_by_name)
 
@@ -25,6 +28,14 @@ def snapshots(parts: Sequence[pb.SnapshotResponse], unavailable: Sequence[str]) 
         out.workers_connected += part.workers_connected
         for name in _TOTALS:
             setattr(out.totals, name, getattr(out.totals, name) + getattr(part.totals, name))
+    return out
+
+
+def concatenated(out: Listing, field: str, parts: Sequence[Listing]) -> Listing:
+    """``out`` with the entries of every part's repeated ``field`` (workers, schedules) appended."""
+    entries = getattr(out, field)
+    for part in parts:
+        entries.extend(getattr(part, field))
     return out
 
 

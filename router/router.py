@@ -495,8 +495,7 @@ class Router:
     async def snapshot(self, caller: Caller, request: pb.Empty | None = None) -> pb.SnapshotResponse:
         if self._local_only(caller):
             return await self.local.snapshot(caller, request)
-        caller.require(Role.METRICS)
-        parts, missing = await self._read_all(caller, "Snapshot", lambda: self.local.snapshot(caller, pb.Empty()))
+        parts, missing = await self._read_all(caller, "Snapshot", self.local.snapshot)
         return merge.snapshots(parts, missing)
 
     async def metrics_text(self, caller: Caller) -> tuple[bytes, str]:
@@ -505,29 +504,28 @@ class Router:
     async def list_workers(self, caller: Caller, request: pb.Empty | None = None) -> pb.ListWorkersResponse:
         if self._local_only(caller):
             return await self.local.list_workers(caller, request)
-        caller.require(Role.METRICS)
-        parts, missing = await self._read_all(caller, "ListWorkers",
-                                              lambda: self.local.list_workers(caller, pb.Empty()))  # fmt: skip
-        response = pb.ListWorkersResponse(unavailable_shards=missing)
-        for part in parts:
-            response.workers.extend(part.workers)
-        return response
+        parts, missing = await self._read_all(caller, "ListWorkers", self.local.list_workers)
+        workers: pb.ListWorkersResponse = merge.concatenated(pb.ListWorkersResponse(unavailable_shards=missing),
+                                                             "workers", parts)  # fmt: skip
+        return workers
 
     async def list_recurring(self, caller: Caller, request: pb.Empty | None = None) -> pb.ListRecurringResponse:
         if self._local_only(caller):
             return await self.local.list_recurring(caller, request)
-        caller.require(Role.METRICS)
-        parts, missing = await self._read_all(caller, "ListRecurring",
-                                              lambda: self.local.list_recurring(caller, pb.Empty()))  # fmt: skip
-        response = pb.ListRecurringResponse(unavailable_shards=missing)
-        for part in parts:
-            response.schedules.extend(part.schedules)
-        return response
+        parts, missing = await self._read_all(caller, "ListRecurring", self.local.list_recurring)
+        schedules: pb.ListRecurringResponse = merge.concatenated(
+            pb.ListRecurringResponse(unavailable_shards=missing), "schedules", parts
+        )
+        return schedules
 
     async def _read_all(self, caller: Caller, method: str,
-                        local: Callable[[], Awaitable[Any]]) -> tuple[list[Any], list[str]]:  # fmt: skip
+                        local: Callable[[Any, pb.Empty], Awaitable[Any]]) -> tuple[list[Any], list[str]]:  # fmt: skip
+        """An Admin read (metrics role) of every shard: the answers and the shards left out."""
+        caller.require(Role.METRICS)
         answers, missing = await self._fan_out(
-            caller, local, lambda peer: self._forward(peer, "admin", method, pb.Empty(), caller, PEER_READ_TIMEOUT_S)
+            caller,
+            lambda: local(caller, pb.Empty()),
+            lambda peer: self._forward(peer, "admin", method, pb.Empty(), caller, PEER_READ_TIMEOUT_S),
         )
         parts = [answer for _, answer in answers]
         for part in parts:
@@ -569,7 +567,7 @@ class Router:
 
 
 def _by_key(ref: pb.TaskRef) -> bool:
-    return ref.WhichOneof("target") == "key"
+    return bool(ref.WhichOneof("target") == "key")
 
 
 def _malformed(ref: pb.TaskRef) -> bool:

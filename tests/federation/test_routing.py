@@ -21,7 +21,6 @@ from cronoq.proto import cronoq_pb2_grpc as pbg
 from tests.federation.conftest import P2_CLIENT_TOKEN, Federation
 from tests.server.harness import ADMIN_TOKEN, CLIENT_TOKEN, METRICS_TOKEN, SCOPED_CLIENT_TOKEN, WORKER_TOKEN
 
-
 SHARD_BITS = 56
 
 
@@ -62,8 +61,8 @@ async def run_worker(target: str, pool: str) -> tuple[Worker, asyncio.Task[None]
 
 def http(method: str, url: str, token: str, body: Any = None) -> tuple[int, Any]:
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method=method,
-                                     headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})  # fmt: skip
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    request = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=15) as response:
             return response.status, json.loads(response.read())
