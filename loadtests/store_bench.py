@@ -76,13 +76,17 @@ async def drop_schema(schema: str) -> None:
 
 
 def rows_of(mutations: Sequence[Mutation]) -> int:
-    """How many rows a commit writes: one per task and one per schedule it touches."""
+    """How many rows a commit writes: one per task and one per schedule it touches.
+
+    (Counted inside the measured loop, so the common kinds are told apart by exact type.)
+    """
     tasks: set[int] = set()
     schedules: set[str] = set()
     for m in mutations:
-        if isinstance(m, SetStatus):
+        kind = type(m)
+        if kind is SetStatus:
             tasks.add(m.id)
-        elif isinstance(m, PutTask):
+        elif kind is PutTask:
             tasks.add(m.task.id)
         elif isinstance(m, PutRecurring):
             schedules.add(m.spec.name)

@@ -481,21 +481,35 @@ class Batch:
 
 def _task_row(record: TaskRecord, codec: Codec) -> list[Any]:
     spec = record.spec
-    pool = check_text(record.pool, "pool name")
-    value = _status_value(record.status, record.id)
-    submitted = _i64(record.submitted_at, "submitted_at")
+    pool = record.pool
+    if type(pool) is not str or pool not in _CHECKED:
+        check_text(pool, "pool name")
+    kind = spec.kind
+    if type(kind) is not str or kind not in _CHECKED:
+        check_text(kind, "kind")
+    status = record.status
+    if type(status) is not TaskStatus:
+        _status_value(status, record.id)
+    value: str = status._value_
+    submitted = record.submitted_at
+    if type(submitted) is not int or not -_I63 <= submitted < _I63:
+        _i64(submitted, "submitted_at")
+    max_attempts = record.max_attempts
+    if type(max_attempts) is not int or not -_I63 <= max_attempts < _I63:
+        _i64(max_attempts, "max_attempts")
+    task_id = record.id
     priority = spec.priority
     fields = _spec_fields(spec, pool)
     return [
-        to_db_id(record.id),
+        task_id if type(task_id) is int and 0 <= task_id < _I63 else to_db_id(task_id),
         pool,
-        check_text(spec.kind, "kind"),
-        priority.value if type(priority) is Priority else int(Priority.parse(priority)),
+        kind,
+        priority._value_ if type(priority) is Priority else int(Priority.parse(priority)),
         None if spec.key is None else check_text(spec.key, "key"),
         None if spec.tenant is None else check_text(spec.tenant, "tenant"),
         value,
         0,
-        _i64(record.max_attempts, "max_attempts"),
+        max_attempts,
         None,
         submitted,
         None,
@@ -509,38 +523,50 @@ def _task_row(record: TaskRecord, codec: Codec) -> list[Any]:
 
 
 def _apply_status(row: list[Any], m: SetStatus, codec: Codec, full_row: bool) -> None:
-    """Apply one SetStatus to a task row (``full_row``) or a status row."""
+    """Apply one SetStatus to a task row (``full_row``) or a status row.
+
+    Runs once or twice per task, so the checks of ``_status_value`` and ``_i64`` are written out
+    for the valid case; anything else goes through them to raise their errors.
+    """
     status = m.status
-    value = _status_value(status, m.id)
-    terminal = value in TERMINAL_VALUES
-    at = _i64(m.at, "status time")
-    output = codec.encode(m.output) if m.has_output else None
+    if type(status) is not TaskStatus:
+        _status_value(status, m.id)
+    value: str = status._value_
+    at = m.at
+    if type(at) is not int or not -_I63 <= at < _I63:
+        _i64(at, "status time")
+    attempt = m.attempt
+    if type(attempt) is not int or not -_I63 <= attempt < _I63:
+        _i64(attempt, "attempt")
+    has_output = m.has_output
+    output = codec.encode(m.output) if has_output else None
     message = m.message
     if message is not None:
         message = clean_message(message)
     retry_at = m.retry_at
-    if retry_at is not None:
-        retry_at = _i64(retry_at, "retry_at")
+    if retry_at is not None and (type(retry_at) is not int or not -_I63 <= retry_at < _I63):
+        _i64(retry_at, "retry_at")
+    finished = at if value in TERMINAL_VALUES else None
     if full_row:
         row[T_STATUS] = value
-        row[T_ATTEMPT] = _i64(m.attempt, "attempt")
+        row[T_ATTEMPT] = attempt
         row[T_MESSAGE] = message
         if status is _RUNNING:
             row[T_STARTED] = at
-        row[T_FINISHED] = at if terminal else None
+        row[T_FINISHED] = finished
         row[T_RETRY_AT] = retry_at
         row[T_OUTPUT_FULL] = output
-        row[T_HAS_OUTPUT_FULL] = bool(m.has_output)
+        row[T_HAS_OUTPUT_FULL] = has_output is True or bool(has_output)
     else:
         row[1] = value
-        row[2] = _i64(m.attempt, "attempt")
+        row[2] = attempt
         row[3] = message
         if status is _RUNNING:
             row[4] = at
-        row[5] = at if terminal else None
+        row[5] = finished
         row[6] = retry_at
         row[7] = output
-        row[8] = bool(m.has_output)
+        row[8] = has_output is True or bool(has_output)
 
 
 def _recurring_row(m: PutRecurring, codec: Codec) -> tuple[Any, ...]:
@@ -573,7 +599,8 @@ def fold(mutations: Sequence[Mutation], codec: Codec) -> Batch:
     max_id: int | None = None
     for m in mutations:
         if type(m) is SetStatus or isinstance(m, SetStatus):
-            db_id = to_db_id(m.id)
+            task_id = m.id
+            db_id = task_id if type(task_id) is int and 0 <= task_id < _I63 else to_db_id(task_id)
             row = tasks.get(db_id)
             if row is not None:
                 _apply_status(row, m, codec, full_row=True)

@@ -11,6 +11,11 @@ Version history:
    row (id high-water mark).
 2. the shard metadata row, which ties a database to one shard, and the indexes recovery and
    pruning use (task key, finish time).
+3. Postgres: the status event log ``cronoq_task_events``. Status changes of tasks stored by an
+   earlier step are appended there, one row per commit, instead of updating the task rows (an
+   update rewrites the whole row and its index entries); the store folds them into the task rows
+   in the background and on recovery. The finish-time index leaves out live tasks.
+   SQLite: no change (its rows are updated in place), recorded so both dialects share versions.
 
 In Postgres statements ``{s}`` stands for the quoted schema name.
 """
@@ -91,6 +96,7 @@ SQLITE_MIGRATIONS: Final[tuple[Migration, ...]] = (
             "CREATE INDEX cronoq_tasks_finished_idx ON cronoq_tasks (finished_at)",
         ),
     ),
+    Migration("status event log (Postgres only; nothing changes in SQLite)", ()),
 )
 
 PG_VERSION_TABLE_DDL: Final = (
@@ -157,6 +163,24 @@ PG_MIGRATIONS: Final[tuple[Migration, ...]] = (
             "CREATE INDEX cronoq_tasks_finished_idx ON {s}.cronoq_tasks (finished_at)",
         ),
     ),
+    Migration(
+        "status event log; finish-time index of finished tasks only",
+        (
+            # One row per commit: ``statuses`` is the commit's status rows as one JSON array,
+            # stored as text (nothing parsed on the commit path), out of line and uncompressed
+            # (nothing compressed on it either). No index on purpose: rows are only appended,
+            # read whole (recovery, compaction) and deleted once folded into cronoq_tasks.
+            """CREATE TABLE {s}.cronoq_task_events (
+                seq bigint NOT NULL,
+                statuses text NOT NULL
+            )""",
+            "ALTER TABLE {s}.cronoq_task_events ALTER COLUMN statuses SET STORAGE EXTERNAL",
+            # Live tasks (NULL finish time) no longer get an entry: inserting a task writes one
+            # index entry fewer, and pruning, which looks for finished tasks only, still finds them.
+            "DROP INDEX {s}.cronoq_tasks_finished_idx",
+            "CREATE INDEX cronoq_tasks_finished_idx ON {s}.cronoq_tasks (finished_at) WHERE finished_at IS NOT NULL",
+        ),
+    ),
 )
 
 LATEST: Final = len(SQLITE_MIGRATIONS)
@@ -164,6 +188,9 @@ assert len(PG_MIGRATIONS) == LATEST
 
 SHARD_TABLE_VERSION: Final = 2
 """The first version that has ``cronoq_shard``."""
+
+PG_EVENTS_VERSION: Final = 3
+"""The first Postgres version that has ``cronoq_task_events``."""
 
 
 def shard_conflict(recorded: str | None, wanted: str | None) -> str:

@@ -22,6 +22,11 @@ data-modifying expression per kind of row, whatever the number of tasks. New tas
 a plain INSERT; only a step committed again (a retry after an unknown outcome), whose tasks exist
 already, takes a second statement that upserts them (see ``_CommitSql``).
 
+Status changes of tasks stored by earlier steps are appended to the event log
+``cronoq_task_events`` rather than applied to the task rows (see ``_pg_events``): the leader folds
+the log into the rows in the background once ``compact_after`` events piled up, and before each
+``prune``; recovery and ``load_output`` read the log on top of the rows.
+
 Schema: every table lives in ``schema`` (created if missing). Migrations run on open inside one
 transaction holding a transaction-level advisory lock; tables named ``cronoq_*`` in the schema
 must belong to the connecting role.
@@ -45,6 +50,7 @@ import asyncpg
 from cronoq.engine.actions import Mutation, Recovered
 from cronoq.engine.types import NS_PER_S
 
+from . import _pg_events as E
 from . import _rows as R
 from . import _schema as S
 from .base import (
@@ -68,7 +74,7 @@ _TASK_TYPES = (
     "bigint", "text", "text", "smallint", "text", "text", "text", "bigint", "bigint", "text",
     "bigint", "bigint", "bigint", "bigint", "text", "bytea", "bytea", "boolean",
 )  # fmt: skip
-_STATUS_TYPES = ("bigint", "text", "bigint", "text", "bigint", "bigint", "bigint", "bytea", "boolean")
+_STATUS_TYPES = E.EVENT_TYPES
 _RECURRING_TYPES = ("text", "text", "text", "bytea", "bigint", "bigint")
 assert len(_TASK_TYPES) == len(R.TASK_COLUMNS) and len(_STATUS_TYPES) == len(R.STATUS_COLUMNS)
 
@@ -113,8 +119,12 @@ async def _init_session(conn: Any) -> None:
     are ruled out for these sessions; recovery, which reads most of the table, turns them back on
     for its own transaction. (A plain SET rather than a startup parameter, which connection
     poolers such as PgBouncer refuse.)
+
+    JIT compilation is switched off too: ruling out sequential scans gives any plan that still
+    needs one a huge cost estimate, which would make the server compile it with LLVM, tens of
+    milliseconds per statement, far more than a step's commit costs.
     """
-    await conn.execute("SET enable_seqscan = off")
+    await conn.execute("SET enable_seqscan = off; SET jit = off")
 
 
 async def _keep_session(conn: Any) -> None:
@@ -208,24 +218,14 @@ def _rows_param(rows: list[list[Any]], blobs: tuple[int, ...]) -> str:
     return _rows_json(rows)
 
 
-def _statuses_param(rows: list[list[Any]]) -> str:
-    """Status rows as one JSON object: stored task id -> the row's other columns (output in hex)."""
-    by_id: dict[int, list[Any]] = {}
-    for row in rows:
-        values = row[1:]
-        if values[6] is not None:
-            values[6] = values[6].hex()
-        by_id[row[0]] = values
-    return _rows_json(by_id)
-
-
 def _json_columns(types: Sequence[str], n: int) -> str:
     """The select list that unpacks element ``e`` of the JSON array parameter ``$n``."""
     return ", ".join(f"decode(e->>{i}, 'hex')" if t == "bytea" else f"(e->>{i})::{t}" for i, t in enumerate(types))
 
 
 _TASK_BLOBS = tuple(i for i, t in enumerate(_TASK_TYPES) if t == "bytea")
-assert R.STATUS_COLUMNS[7] == "output" and _STATUS_TYPES[7] == "bytea"
+_STATUS_BLOBS = tuple(i for i, t in enumerate(_STATUS_TYPES) if t == "bytea")
+assert R.STATUS_COLUMNS[7] == "output" and _STATUS_BLOBS == (7,)
 
 
 class _CommitSql:
@@ -233,9 +233,9 @@ class _CommitSql:
 
     Task rows and status rows, the bulk of every step, travel as one ``jsonb`` parameter each,
     bytea columns in hex: one text that ``json`` encodes in C, instead of one array per column
-    whose elements asyncpg checks and encodes one by one. Task rows are an array of row arrays,
-    unpacked with ``jsonb_array_elements``; status rows are an object keyed by task id, which each
-    updated row reads its values from. The rarer schedule rows keep one array per column.
+    whose elements asyncpg checks and encodes one by one. Both are arrays of row arrays, unpacked
+    with ``jsonb_array_elements``; status rows are appended to the event log (see ``_pg_events``)
+    under the commit's ``seq``, as they are. The rarer schedule rows keep one array per column.
 
     Task rows are new in all but a repeated commit (a retry of a commit whose outcome was unknown),
     so they go in with a plain INSERT, cheaper for the server than an upsert's speculative
@@ -257,7 +257,7 @@ class _CommitSql:
             sql = self._cache[shape] = self._text(shape)
         return sql
 
-    def build(self, epoch: int, batch: R.Batch) -> tuple[str, list[Any], tuple[bool, ...]]:
+    def build(self, epoch: int, batch: R.Batch, seq: int) -> tuple[str, list[Any], tuple[bool, ...]]:
         shape = (
             bool(batch.tasks),
             bool(batch.statuses),
@@ -270,7 +270,8 @@ class _CommitSql:
         if batch.tasks:
             args.append(_rows_param(batch.tasks, _TASK_BLOBS))
         if batch.statuses:
-            args.append(_statuses_param(batch.statuses))
+            args.append(seq)
+            args.append(_rows_param(batch.statuses, _STATUS_BLOBS))
         if batch.recurring:
             args.extend(list(col) for col in zip(*batch.recurring, strict=True))
         if batch.deleted:
@@ -301,18 +302,13 @@ class _CommitSql:
                 f" WHERE {guard}{f' ON CONFLICT (id) DO UPDATE SET {sets}' if upsert else ''})"
             )
         if has_statuses:
-            n += 1
-            # The status rows are a JSON object keyed by task id: each target row, found through
-            # the primary key, looks its values up by its own id. There is no join for the planner
-            # to get wrong; joining a JSON row set (estimated at 100 rows whatever its size) made
-            # it hash the whole table on every commit, or rescan the row set once per task.
-            u = f"(${n}::jsonb -> t.id::text)"
+            n += 2  # $n - 1 is the commit's seq
+            # Appended as one row, not applied: the task rows are left alone (no join for the
+            # planner to get wrong either) and the text is not even parsed; the store folds the
+            # log into the task rows in bulk later.
             parts.append(
-                f"upd AS (UPDATE {s}.cronoq_tasks t SET status = {u}->>0, attempt = ({u}->>1)::bigint,"
-                f" message = {u}->>2, started_at = COALESCE(({u}->>3)::bigint, t.started_at),"
-                f" finished_at = ({u}->>4)::bigint, retry_at = ({u}->>5)::bigint,"
-                f" output = decode({u}->>6, 'hex'), has_output = ({u}->>7)::boolean"
-                f" WHERE t.id = ANY(ARRAY(SELECT jsonb_object_keys(${n}::jsonb)::bigint)) AND {guard})"
+                f"ev AS (INSERT INTO {s}.cronoq_task_events (seq, statuses)"
+                f" SELECT ${n - 1}::bigint, ${n}::text WHERE {guard})"
             )
         if has_recurring:
             sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in R.RECURRING_COLUMNS if c != "name")
@@ -338,7 +334,8 @@ class PostgresStore:
 
     Durations are float seconds. ``max_connections`` sizes the pool used for commits and reads
     (the lock session is one more connection). ``retention`` is the default window of
-    ``recover``.
+    ``recover``. ``compact_after``: once commits appended this many status events, the leader
+    folds the log into the task rows in the background (``prune`` folds whatever is left first).
     """
 
     def __init__(
@@ -354,6 +351,7 @@ class PostgresStore:
         shard: str | None = None,
         codec: Codec | None = None,
         max_connections: int = 4,
+        compact_after: int = 10_000,
     ) -> None:
         self._s = quote_schema(schema)
         if lock_poll <= 0 or keepalive <= 0 or session_timeout <= 0 or commit_timeout <= 0:
@@ -362,6 +360,8 @@ class PostgresStore:
             raise ValueError("retention must not be negative")
         if max_connections < 1:
             raise ValueError("max_connections must be at least 1")
+        if compact_after < 1:
+            raise ValueError("compact_after must be at least 1")
         if shard is not None:
             R.check_text(shard, "shard name")
         self.dsn = dsn
@@ -374,6 +374,7 @@ class PostgresStore:
         self.shard = shard
         self.codec: Codec = codec if codec is not None else DEFAULT_CODEC
         self.max_connections = max_connections
+        self.compact_after = compact_after
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
         self.lost = asyncio.Event()
 
@@ -386,6 +387,10 @@ class PostgresStore:
         self._closed = False
         self._epoch: int | None = None
         self._keeper: asyncio.Task[None] | None = None
+        self._commits = 0  # commits under the current epoch: the low bits of their seq
+        self._last_seq: int | None = None  # seq of the last commit that succeeded
+        self._unfolded = 0  # events appended since the last compaction started
+        self._compactor: asyncio.Task[None] | None = None
 
     @property
     def epoch(self) -> int | None:
@@ -516,6 +521,9 @@ class PostgresStore:
             raise
         epoch = int(epoch)
         self._epoch = epoch
+        self._commits = 0
+        self._last_seq = None
+        self._unfolded = 0
         self.lost.clear()
         self._keeper = asyncio.get_running_loop().create_task(
             self._keepalive_loop(conn, epoch), name=f"cronoq-pg-keepalive-{epoch}"
@@ -615,6 +623,10 @@ class PostgresStore:
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+        compactor, self._compactor = self._compactor, None
+        if compactor is not None:
+            compactor.cancel()  # its statement is atomic: cancelled, it folds nothing
+            await asyncio.gather(compactor, return_exceptions=True)
         conn, self._lock_conn = self._lock_conn, None
         if conn is not None and not conn.is_closed():
             try:
@@ -631,9 +643,12 @@ class PostgresStore:
         if self._epoch is None or epoch != self._epoch:
             raise Fenced(f"epoch {epoch} is not held by this store (current: {self._epoch})")
         batch = R.fold(mutations, self.codec)
-        sql, args, shape = self._sql.build(epoch, batch)
         loop = asyncio.get_running_loop()
         async with self._commit_lock:
+            # Numbered under the lock, so that the log orders commits as they were applied.
+            self._commits += 1
+            seq = E.commit_seq(epoch, self._commits)
+            sql, args, shape = self._sql.build(epoch, batch, seq)
             deadline = loop.time() + self.commit_timeout
             try:
                 async with self._pool.acquire(timeout=self.commit_timeout) as conn:
@@ -649,12 +664,73 @@ class PostgresStore:
                 raise Unavailable(f"postgres commit took longer than {self.commit_timeout} s") from None
             except _PG_FAILURES as exc:
                 raise _map_error(exc, "commit") from exc
+            if found:
+                self._last_seq = seq
         if not found:
             self._lose(epoch, "a commit found a newer epoch")
             raise Fenced(f"epoch {epoch} is stale: another instance leads schema {self.schema!r}")
+        if batch.statuses:
+            self._unfolded += len(batch.statuses)
+            if self._unfolded >= self.compact_after and (self._compactor is None or self._compactor.done()):
+                self._unfolded = 0
+                self._compactor = asyncio.get_running_loop().create_task(
+                    self._compact_in_background(epoch, seq), name=f"cronoq-pg-compact-{epoch}"
+                )
+
+    # -- the status event log --------------------------------------------------------------------
+
+    async def _compact(self, epoch: int, upto: int) -> int:
+        """Fold the events up to commit ``upto`` into the task rows; return how many there were.
+
+        Hash and merge joins are ruled out for the statement: the events would otherwise be
+        joined to the task table by reading all of it, where the primary key finds each task.
+        """
+        async with self._pool.acquire(timeout=self.commit_timeout) as conn, conn.transaction():
+            await conn.execute("SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off")
+            row = await conn.fetchrow(E.compact_sql(self._s), epoch, upto, timeout=self.commit_timeout)
+        if not row[0]:
+            self._lose(epoch, "compacting the event log found a newer epoch")
+            raise Fenced(f"epoch {epoch} is stale: another instance leads schema {self.schema!r}")
+        return int(row[1])
+
+    async def _compact_in_background(self, epoch: int, upto: int) -> None:
+        try:
+            folded = await self._compact(epoch, upto)
+        except Fenced:
+            return  # the next commit reports it
+        except (TimeoutError, *_PG_FAILURES) as exc:
+            # Nothing is lost: the events stay in the log, and the next compaction folds them.
+            log.warning("compacting the status event log of schema %s failed: %s: %s",
+                        self.schema, type(exc).__name__, exc)
+            self._unfolded += self.compact_after // 2  # retry sooner than a full round later
+            return
+        log.debug("folded %d status events into the task rows of schema %s", folded, self.schema)
+
+    async def compact(self) -> int:
+        """Fold every event committed so far into the task rows now; return how many there were.
+
+        Only the leader compacts (``Fenced`` otherwise). Waits for a compaction in progress first.
+        """
+        await self.open()
+        epoch, upto = self._epoch, self._last_seq
+        if epoch is None:
+            raise Fenced("only the leader compacts the event log")
+        running = self._compactor
+        if running is not None and not running.done():
+            await asyncio.gather(running, return_exceptions=True)
+        if upto is None:
+            upto = E.commit_seq(epoch, 1) - 1  # events of earlier epochs only
+        try:
+            return await self._compact(epoch, upto)
+        except TimeoutError:
+            raise Unavailable(f"postgres compaction took longer than {self.commit_timeout} s") from None
+        except _PG_FAILURES as exc:
+            raise _map_error(exc, "compaction") from exc
 
     async def prune(self, before: int) -> int:
         await self.open()
+        if self._epoch is not None:
+            await self.compact()  # tasks finished only in the log become prunable
         try:
             status = await self._pool.execute(
                 f"DELETE FROM {self._s}.cronoq_tasks WHERE finished_at IS NOT NULL AND finished_at < $1",
@@ -676,11 +752,19 @@ class PostgresStore:
             async with self._pool.acquire() as conn, conn.transaction(isolation="repeatable_read"):
                 await conn.execute("SET LOCAL enable_seqscan = on")
                 with R.gc_paused():
+                    # The log holds the latest status of tasks whose rows it has not been folded
+                    # into yet (a row that finished before the cutoff gets no more events).
+                    events = E.EventFold([r[0] for r in await conn.fetch(E.read_events_sql(s))])
                     for row in await conn.fetch(
                         f"SELECT {cols} FROM {s}.cronoq_tasks"
                         " WHERE finished_at IS NULL OR finished_at >= $1 ORDER BY id",
                         cutoff,
                     ):
+                        if events.latest:
+                            row = events.apply(row)
+                            finished = row[R.T_FINISHED]
+                            if type(finished) is int and finished < cutoff:
+                                continue  # finished before the retention window, per the log
                         rec.add(row)
                 ids, keys = rec.missing_parents()
                 if ids or keys:
@@ -689,7 +773,7 @@ class PostgresStore:
                         ids,
                         keys,
                     )
-                    rec.add_parents(parents, ids, keys)
+                    rec.add_parents([events.apply(p) for p in parents], ids, keys)
                 rec_rows = await conn.fetch(
                     f"SELECT {', '.join(R.RECURRING_COLUMNS)} FROM {s}.cronoq_recurring ORDER BY name"
                 )
@@ -697,8 +781,10 @@ class PostgresStore:
             if rec.quarantined:
                 for db_id, message in rec.quarantined:
                     log.error("task %d quarantined: %s", R.from_db_id(db_id), message)
+                # Their statuses leave the log too: folded later, they would overwrite the quarantine.
                 await self._pool.execute(
-                    f"UPDATE {s}.cronoq_tasks t SET status = 'failed', message = q.message,"
+                    f"WITH scrub AS ({E.scrub_sql(s)})"
+                    f" UPDATE {s}.cronoq_tasks t SET status = 'failed', message = q.message,"
                     " retry_at = NULL, finished_at = COALESCE(t.finished_at, $3)"
                     " FROM unnest($1::bigint[], $2::text[]) AS q(id, message) WHERE t.id = q.id",
                     [q[0] for q in rec.quarantined],
@@ -720,9 +806,7 @@ class PostgresStore:
     async def load_output(self, task_id: int) -> tuple[bool, object]:
         await self.open()
         try:
-            row = await self._pool.fetchrow(
-                f"SELECT has_output, output FROM {self._s}.cronoq_tasks WHERE id = $1", R.to_db_id(task_id)
-            )
+            row = await self._pool.fetchrow(E.output_sql(self._s), R.to_db_id(task_id))
         except _PG_FAILURES as exc:
             raise _map_error(exc, "output lookup") from exc
         if row is None or not row[0]:

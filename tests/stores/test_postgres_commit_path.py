@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from cronoq.engine.actions import Mutation, PutTask, SetStatus, TaskRecord
 from cronoq.engine.types import TaskSpec, TaskStatus
+from cronoq.stores import _pg_events as E
 from cronoq.stores import _rows as R
 from cronoq.stores.postgres import PostgresStore
 
@@ -27,13 +28,13 @@ async def store(postgres_dsn: str, pg_schema: str) -> AsyncIterator[PostgresStor
 
 async def generic_plan(store: PostgresStore, epoch: int, step: list[Mutation]) -> str:
     """The plan Postgres caches for the step's statement once it stops planning per call."""
-    sql, args, _ = store._sql.build(epoch, R.fold(step, store.codec))
+    sql, args, _ = store._sql.build(epoch, R.fold(step, store.codec), E.commit_seq(epoch, 1))
     async with store._pool.acquire() as conn, conn.transaction():
         await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
         return "\n".join(row[0] for row in await conn.fetch("EXPLAIN " + sql, *args))
 
 
-async def test_status_updates_find_rows_by_primary_key_on_a_small_table(store: PostgresStore) -> None:
+async def test_commits_and_compaction_never_scan_the_task_table(store: PostgresStore) -> None:
     # A plan made while the table is small is kept as the table grows: it must not scan the table
     # (which a small table invites), or every later commit reads the whole table.
     epoch = await store.acquire_leadership()
@@ -45,7 +46,18 @@ async def test_status_updates_find_rows_by_primary_key_on_a_small_table(store: P
     for step in steps:
         plan = await generic_plan(store, epoch, step)
         assert "Seq Scan on cronoq_tasks" not in plan, plan
-        assert "cronoq_tasks_pkey" in plan, plan
+        assert "Index Scan using cronoq_tasks_pkey" not in plan, plan  # statuses are only appended
+        await store.commit(epoch, step)
+    # Folding the log into the task rows finds each row through the primary key.
+    async with store._pool.acquire() as conn, conn.transaction():
+        await conn.execute("SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off")
+        await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        compact = E.compact_sql(store._s)
+        plan = "\n".join(row[0] for row in await conn.fetch("EXPLAIN " + compact, epoch, 1 << 62))
+    assert "Seq Scan on cronoq_tasks" not in plan and "Index Cond: (id = l.id)" in plan, plan
+    # No join that rescans one side per row of the other (which is what made an earlier version
+    # of the statement quadratic in the number of statuses).
+    assert "Join Filter" not in plan and "Materialize" not in plan, plan
 
 
 async def test_recovery_may_still_scan_the_table(store: PostgresStore) -> None:
@@ -55,6 +67,7 @@ async def test_recovery_may_still_scan_the_table(store: PostgresStore) -> None:
     assert [t.record.id for t in rec.tasks] == list(range(1, 50))
     async with store._pool.acquire() as conn:  # SET LOCAL ended with recovery's transaction
         assert await conn.fetchval("SHOW enable_seqscan") == "off"
+        assert await conn.fetchval("SHOW jit") == "off"  # no LLVM compile of a costly-looking plan
 
 
 async def test_a_step_committed_again_is_upserted(store: PostgresStore) -> None:
@@ -79,3 +92,17 @@ async def test_a_step_committed_again_is_upserted(store: PostgresStore) -> None:
     seen.clear()
     await store.commit(epoch, [put(4)])
     assert len(seen) == 1  # new tasks: one statement
+
+
+async def test_pruning_finds_finished_tasks_through_their_index(store: PostgresStore) -> None:
+    # The finish-time index leaves live tasks out (schema version 3); pruning still uses it.
+    epoch = await store.acquire_leadership()
+    await store.commit(epoch, [put(i) for i in range(1, 20)])
+    async with store._pool.acquire() as conn:
+        plan = "\n".join(
+            row[0]
+            for row in await conn.fetch(
+                f"EXPLAIN DELETE FROM {store._s}.cronoq_tasks WHERE finished_at IS NOT NULL AND finished_at < $1", T0
+            )
+        )
+    assert "cronoq_tasks_finished_idx" in plan, plan
