@@ -21,8 +21,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as _dt
+import heapq
 import inspect
 import ipaddress
+import itertools
 import json
 import logging
 import math
@@ -202,7 +204,14 @@ def _status_text(number: int) -> str:
 def _priority_text(number: int) -> str | None:
     if number == pb.PRIORITY_UNSPECIFIED:
         return None
-    return _enum_text(pb.Priority, number, "PRIORITY_")
+    # Every lease carries a priority: look the few names up once.
+    text = _PRIORITY_TEXT.get(number)
+    if text is None:
+        text = _PRIORITY_TEXT[number] = _enum_text(pb.Priority, number, "PRIORITY_")
+    return text
+
+
+_PRIORITY_TEXT: dict[int, str] = {}
 
 
 def _overlap_text(number: int) -> str:
@@ -1127,13 +1136,78 @@ class Client:
 # ---------------------------------------------------------------------------------------- Worker
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Running:
-    """A lease being served: its handler task and why we cancelled it (None: we did not)."""
+    """A lease being served: its handler task and why we cancelled it (None: we did not).
+
+    ``serial`` tells this record apart from any later one for the same lease id."""
 
     lease: Lease
+    serial: int
     task: asyncio.Task[None] | None = None
     stopped_by: str | None = None
+
+
+# Leases due for a heartbeat a little early are beaten now rather than re-arming the timer for
+# a sliver of time (event loops may fire a timer up to their clock resolution early).
+_BEAT_EARLY_S = 0.001
+
+
+class _Heartbeats:
+    """The heartbeats of one stream's leases, driven by a single loop timer.
+
+    A timer task per lease costs a task, a timer and a cancellation for every lease even when the
+    handler finishes long before its first beat is due. Here a lease costs one heap entry: the
+    timer fires for the earliest due beat, sends the beats of leases still running and schedules
+    their next ones; entries of leases that ended are dropped when they come up (or compacted).
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, send: Callable[[pb.WorkerMessage], None],
+                 still_running: Callable[[int, int], bool]) -> None:  # fmt: skip
+        self._loop = loop
+        self._send = send
+        self._still_running = still_running
+        self._due: list[tuple[float, int, int, float]] = []  # (when, serial, lease id, period)
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = math.inf
+
+    def add(self, lease_id: int, serial: int, period: float, running: int) -> None:
+        """Beat ``lease_id`` every ``period`` seconds from one period on, while it still runs."""
+        due = self._due
+        if len(due) > 4 * running + 1024:
+            # Many ended leases wait in the heap for a beat they will not get: drop them now.
+            due[:] = [entry for entry in due if self._still_running(entry[2], entry[1])]
+            heapq.heapify(due)
+        when = self._loop.time() + period
+        heapq.heappush(due, (when, serial, lease_id, period))
+        if when < self._timer_at:
+            self._arm(when)
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = None
+        self._timer_at = math.inf
+        self._due.clear()
+
+    def _arm(self, when: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self._loop.call_at(when, self._fire)
+        self._timer_at = when
+
+    def _fire(self) -> None:
+        self._timer = None
+        self._timer_at = math.inf
+        due = self._due
+        now = self._loop.time()
+        while due and due[0][0] <= now + _BEAT_EARLY_S:
+            _, serial, lease_id, period = heapq.heappop(due)
+            if self._still_running(lease_id, serial):
+                self._send(pb.WorkerMessage(heartbeat=pb.Heartbeat(lease=lease_id)))
+                heapq.heappush(due, (now + period, serial, lease_id, period))
+        if due:
+            self._arm(due[0][0])
 
 
 class _SessionEnd(NamedTuple):
@@ -1145,13 +1219,14 @@ class _SessionEnd(NamedTuple):
 class _Session:
     """One ``Work`` stream: the call, an outbox drained by a single writer task, and its state."""
 
-    def __init__(self, call: Any) -> None:
+    def __init__(self, call: Any, still_running: Callable[[int, int], bool]) -> None:
         self.call = call
         self.outbox: asyncio.Queue[pb.WorkerMessage | None] = asyncio.Queue()
         self.registered = False
         self.writes_open = True
         self.cancelled_locally = False
         self.closed = asyncio.Event()
+        self.heartbeats = _Heartbeats(asyncio.get_running_loop(), self.send, still_running)
 
     def send(self, message: pb.WorkerMessage) -> None:
         if self.writes_open:
@@ -1168,9 +1243,14 @@ class _Session:
         self.call.cancel()
 
     async def write_loop(self) -> None:
+        outbox = self.outbox
         try:
             while True:
-                message = await self.outbox.get()
+                # Take what is already queued without suspending; wait only on an empty outbox.
+                try:
+                    message = outbox.get_nowait()
+                except asyncio.QueueEmpty:
+                    message = await outbox.get()
                 if message is None:
                     await self.call.done_writing()
                     return
@@ -1232,6 +1312,7 @@ class Worker:
         self._options = list(options or ())
         self._insecure_redirect_http = insecure_redirect_http
         self._running: dict[int, _Running] = {}
+        self._serials = itertools.count()
         self._orphans: set[asyncio.Task[None]] = set()
         self._session: _Session | None = None
         self._active = False
@@ -1357,7 +1438,7 @@ class Worker:
         channel = _open_channel(target, secure=secure, credentials=self._credentials, options=options)
         try:
             call = pb_grpc.WorkersStub(channel).Work(metadata=_auth_metadata(self._token))
-            session = _Session(call)
+            session = _Session(call, self._still_running)
             self._session = session
             self.connections += 1
             session.send(
@@ -1376,6 +1457,7 @@ class Worker:
                 return await self._read_loop(session)
             finally:
                 session.closed.set()
+                session.heartbeats.close()
                 self._session = None
                 self._registered.clear()
                 self._forget_running("session ended")
@@ -1435,9 +1517,18 @@ class Worker:
         if len(self._running) >= limit:
             self._give_back(session, m.lease, "worker has no free slot")
             return
-        record = _Running(Lease._from_pb(m, self.pool))
-        self._running[m.lease] = record
-        record.task = asyncio.create_task(self._serve_lease(session, record), name=f"cronoq-lease-{m.lease}")
+        lease = Lease._from_pb(m, self.pool)
+        record = _Running(lease, next(self._serials))
+        self._running[lease.id] = record
+        record.task = asyncio.create_task(self._serve_lease(session, record), name=f"cronoq-lease-{lease.id}")
+        period = _heartbeat_interval(lease.lease_ttl, self.lease_ttl)
+        if period is not None:
+            session.heartbeats.add(lease.id, record.serial, period, len(self._running))
+
+    def _still_running(self, lease_id: int, serial: int) -> bool:
+        """Whether the record ``serial`` still serves ``lease_id`` (it has not ended or been stopped)."""
+        record = self._running.get(lease_id)
+        return record is not None and record.serial == serial and record.stopped_by is None
 
     def _on_abort(self, m: pb.Abort) -> None:
         record = self._running.pop(m.lease, None)
@@ -1466,23 +1557,12 @@ class Worker:
         else:
             session.send(pb.WorkerMessage(fail=pb.Fail(lease=lease, message=reason, permanent=False)))
 
-    async def _heartbeat(self, session: _Session, lease: int, period: float) -> None:
-        message = pb.WorkerMessage(heartbeat=pb.Heartbeat(lease=lease))
-        while True:
-            await asyncio.sleep(period)
-            session.send(message)
-
     async def _serve_lease(self, session: _Session, record: _Running) -> None:
         lease = record.lease
-        period = _heartbeat_interval(lease.lease_ttl, self.lease_ttl)
-        beats = None
-        if period is not None:
-            beats = asyncio.create_task(self._heartbeat(session, lease.id, period), name=f"cronoq-hb-{lease.id}")
         try:
             reply = await self._outcome(record)
         finally:
-            if beats is not None:
-                beats.cancel()
+            # Leaving ``_running`` also ends the lease's heartbeats (see ``_Heartbeats``).
             if self._running.get(lease.id) is record:
                 del self._running[lease.id]
         if reply is not None and record.stopped_by is None:
@@ -1523,7 +1603,16 @@ class Worker:
             return self._fail(
                 lease.id, f"output of {len(output)} bytes exceeds the server's {limit}-byte message limit", True
             )
-        return pb.WorkerMessage(complete=pb.Complete(lease=lease.id, output=output, content_type=content_type))
+        # Filled in place: a Complete passed to the WorkerMessage constructor would be copied.
+        reply = pb.WorkerMessage()
+        complete = reply.complete
+        complete.SetInParent()
+        complete.lease = lease.id
+        if output:
+            complete.output = output
+        if content_type:
+            complete.content_type = content_type
+        return reply
 
     @staticmethod
     def _fail(lease: int, message: str, permanent: bool, retry_after: float | None = None) -> pb.WorkerMessage:

@@ -317,7 +317,11 @@ class Workers:
 
 class Profiler:
     """``py-spy record`` (collapsed stacks, ``DIR/<case>-<name>.txt``) of some processes during
-    one case: an investigation aid that needs py-spy, not part of the figures."""
+    one case: an investigation aid that needs py-spy, not part of the figures.
+
+    Only the thread holding the GIL is sampled (``--gil``): otherwise time a process spends
+    waiting for a core (or for the GIL) on a busy machine is charged to whatever frame waits.
+    Native threads (gRPC's event engine) are not seen; compare with the CPU seconds figures."""
 
     def __init__(self, directory: str | None, case: str, pids: dict[str, int]) -> None:
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -332,7 +336,7 @@ class Profiler:
             out = os.path.join(directory, f"{case}-{name}.txt")
             self.procs.append(subprocess.Popen(
                 [exe, "record", "--pid", str(pid), "--format", "raw", "--rate", "100", "--output", out,
-                 "--nonblocking"],
+                 "--nonblocking", "--gil"],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             ))  # fmt: skip
 
@@ -607,6 +611,10 @@ async def run_case(store: str, case: str, args: argparse.Namespace, workdir: Pat
         if not_ok:
             result["samples_not_succeeded"] = not_ok
         return result
+    except Exception:
+        # The server's own log usually says why (e.g. why it stepped down): keep its tail.
+        print(f"server stderr (tail):\n{server.stderr()[-3000:]}", file=sys.stderr, flush=True)
+        raise
     finally:
         if workers is not None:
             workers.stop()

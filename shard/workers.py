@@ -37,7 +37,12 @@ class ShutdownOut:
     not_leader: bool
 
 
-Outbound = LeaseOut | AbortOut | ShutdownOut
+@dataclass(frozen=True, slots=True)
+class ClosedOut:
+    """Wakes the stream writer of a session that was closed: nothing to send."""
+
+
+Outbound = LeaseOut | AbortOut | ShutdownOut | ClosedOut
 
 
 class WorkerGone(Exception):
@@ -76,6 +81,16 @@ class WorkerSession:
         except asyncio.QueueFull:
             raise WorkerGone("worker stopped reading its stream") from None
 
+    def close(self) -> None:
+        """Mark the session disconnected. A stream writer waiting on the empty queue is woken by a
+        ``ClosedOut`` (it sends nothing for it); a writer with messages left sees ``closed`` once
+        it has drained them."""
+        if self.closed:
+            return
+        self.closed = True
+        if self.outbound.empty():
+            self.outbound.put_nowait(ClosedOut())
+
 
 class WorkerRegistry:
     """Connected workers of one shard."""
@@ -95,7 +110,7 @@ class WorkerRegistry:
 
     def remove(self, session: WorkerSession) -> list[Dispatch]:
         """Forget a session; returns the leases it still held."""
-        session.closed = True
+        session.close()
         self.sessions.pop(session.id, None)
         group = self._by_group.get((session.pool, session.key))
         if group is not None and session in group:
