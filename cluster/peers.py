@@ -75,8 +75,10 @@ class PeerChannels:
             return None
         if is_loopback_host(parts.hostname or ""):
             return None
-        return (f"shard {shard.name!r} has a plain http:// endpoint on another host; callers' tokens are not "
-                f"forwarded there unencrypted (server.insecure_peer_http allows it on trusted networks)")  # fmt: skip
+        return (
+            f"shard {shard.name!r} has a plain http:// endpoint on another host; callers' tokens are not "
+            f"forwarded there unencrypted (server.insecure_peer_http allows it on trusted networks)"
+        )
 
     def __contains__(self, name: str) -> bool:
         return name in self._peers

@@ -57,7 +57,9 @@ class Api:
         self.pools: tuple[str, ...] = tuple(pool.name for pool in config.local_pools())
         self._pool_set = frozenset(self.pools)
         self._all_pools = frozenset(pool.name for pool in config.pools)
-        self.default_pool = self.pools[0] if self.pools else "default"
+        # The first configured pool, on every node, so a task without a pool goes to one place.
+        self.default_pool = config.pools[0].name if config.pools else "default"
+        self._shard_number = config.shard_number()
 
     # ------------------------------------------------------------------------------- helpers
 
@@ -107,7 +109,30 @@ class Api:
         spec = convert.task_spec(message, now, self.limits)
         self.check_pool(principal, spec.pool or self.default_pool)
         spec.tenant = principal.tenant_for(spec.tenant)
+        self._check_one_shard(spec)
+        # OpenTelemetry: the request's span becomes the task's trace (workers see the tag).
+        from .telemetry import TRACEPARENT, outgoing_traceparent
+
+        if TRACEPARENT not in spec.tags and (traceparent := outgoing_traceparent()) is not None:
+            spec.tags = {**spec.tags, TRACEPARENT: traceparent}
         return spec
+
+    def _check_one_shard(self, spec: TaskSpec) -> None:
+        """Dependencies and resources never span shards (ids carry their shard's number)."""
+        if not self.config.sharded:
+            return
+        for dep in spec.deps:
+            if isinstance(dep.target, int) and dep.target >> 56 != self._shard_number:
+                raise ApiError.invalid(f"dependency {dep.target} is a task of another shard; a task can only "
+                                       f"depend on tasks of its own shard")  # fmt: skip
+        for name in spec.resources:
+            try:
+                owner = self.config.shard_of_resource(name)
+            except KeyError:
+                continue  # unknown: the engine reports it
+            if owner is not None and owner.number != self._shard_number:
+                raise ApiError.invalid(f"resource {name!r} belongs to shard {owner.name!r}; a task can only use "
+                                       f"its own shard's resources")  # fmt: skip
 
     async def _visible_info(self, principal: Principal, ref: TaskRef) -> tuple[TaskInfo, bool]:
         """A task the caller may see; tasks of other pools look like they do not exist."""

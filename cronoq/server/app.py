@@ -32,16 +32,17 @@ from cronoq.config import (
     WebhookScaler,
     parse_socket_addr,
 )
+from cronoq.router import Router
 from cronoq.shard.driver import DriverOptions
 from cronoq.shard.service import ServiceOptions, ShardService
 from cronoq.stores.base import SchemaTooNew, ShardMismatch, Store
 
+from . import telemetry
 from .api import Api
 from .auth import Authenticator
 from .convert import core_config
 from .grpc_service import SHUTDOWN_LINGER_S, GrpcServices, server_options
 from .http import HttpGateway, ListenError, start_http
-from .service import ServerShardService
 
 __all__ = ["BindError", "ServerApp", "make_store"]
 
@@ -123,6 +124,8 @@ class ServerApp:
                  store: Store | None = None) -> None:  # fmt: skip
         self.config = config
         self.api = Api(config)
+        # Forwarded calls carry the caller's trace context when OpenTelemetry is on.
+        self.router = Router(config, self.api, traceparent=telemetry.outgoing_traceparent)
         self.authenticator = Authenticator(config.auth)
         self.store = store if store is not None else make_store(config)
         self.on_listening = on_listening
@@ -136,6 +139,8 @@ class ServerApp:
         self.service: ShardService | None = None
         self.http: HttpGateway | None = None
         self._scaler = _WebhookScaler(config)
+        # OpenTelemetry (OTEL_* environment): None, and no cost, when nothing is to be exported.
+        self.telemetry = telemetry.setup(config, self.api)
 
     # ------------------------------------------------------------------------------- control
 
@@ -152,8 +157,9 @@ class ServerApp:
     # ------------------------------------------------------------------------------- listeners
 
     async def _listen(self, *, standby: bool) -> grpc.aio.Server:
-        server = grpc.aio.server(options=server_options(self.config, standby=standby))
-        GrpcServices(self.api, self.authenticator, standby=standby).add_to(server)
+        server = grpc.aio.server(options=server_options(self.config, standby=standby),
+                                 interceptors=telemetry.grpc_interceptors())  # fmt: skip
+        GrpcServices(self.api, self.authenticator, router=self.router, standby=standby).add_to(server)
         address = _format_addr(self._host, self._port)
         try:
             if self._credentials is not None:
@@ -177,12 +183,14 @@ class ServerApp:
 
     async def run(self) -> None:
         """Serve until ``stop()``. Raises ``BindError`` when the listener cannot bind."""
+        if self.telemetry is not None:
+            self.telemetry.start()
         for warning in self.config.warnings:
             log.warning("configuration: %s", warning)
         # The HTTP gateway runs for the whole process: it asks the Api on every request whether
         # this node is the serving leader (standbys answer 503, /readyz included).
         try:
-            self.http = await start_http(self.api, self.config, authenticator=self.authenticator)
+            self.http = await start_http(self.api, self.config, authenticator=self.authenticator, router=self.router)
         except ListenError as exc:
             raise BindError(str(exc)) from None
         try:
@@ -212,7 +220,10 @@ class ServerApp:
             self.api.service = None
             await _stop_server(server, 0)
             await self.http.close()
+            await self.router.close()
             await self._scaler.close()
+            if self.telemetry is not None:
+                await self.telemetry.shutdown()  # flush spans and metrics
             with contextlib.suppress(Exception):
                 await self.store.close()
 
@@ -226,7 +237,7 @@ class ServerApp:
                 max_slots_per_worker=self.config.limits.max_slots_per_worker,
                 driver=DriverOptions(keep_finished_s=_keep_finished_s(self.config)),
             )
-            service = ServerShardService(self._core_config, store=self.store, options=options)
+            service = telemetry.shard_service_type()(self._core_config, store=self.store, options=options)
             service.on_scale = self._scaler.scale
             log.info("waiting for leadership")
             leading = asyncio.ensure_future(service.lead())

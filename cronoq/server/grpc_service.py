@@ -319,23 +319,23 @@ class _WorkStream:
     async def _write(self) -> str:
         session, context = self.session, self.context
         queue = session.outbound
+        write = context.write
         while True:
+            # Take what is queued without suspending; wait only when the queue is empty. Closing
+            # the session wakes a waiting writer (``WorkerSession.close``), so no polling is needed.
             try:
                 out = queue.get_nowait()
             except asyncio.QueueEmpty:
                 if session.closed:
                     return "closed"
-                try:
-                    out = await asyncio.wait_for(queue.get(), 0.5)
-                except TimeoutError:
-                    continue
+                out = await queue.get()
             if isinstance(out, LeaseOut):
-                await context.write(pb.ServerMessage(lease=convert.lease_message(out.lease)))
+                await write(convert.lease_server_message(out.lease))
             elif isinstance(out, AbortOut):
-                await context.write(pb.ServerMessage(abort=pb.Abort(lease=out.lease_id, reason=out.reason)))
+                await write(pb.ServerMessage(abort=pb.Abort(lease=out.lease_id, reason=out.reason)))
             elif isinstance(out, ShutdownOut):
                 message = pb.Shutdown(reason=out.reason, not_leader=out.not_leader)
-                await context.write(pb.ServerMessage(shutdown=message))
+                await write(pb.ServerMessage(shutdown=message))
                 return "shutdown"
 
     async def _read(self) -> str:
@@ -381,4 +381,3 @@ def _retry_after(fail: pb.Fail) -> int | None:
         return convert.duration_ns(fail.retry_after_s, "retry_after_s")
     except ApiError:
         return None  # a nonsensical hint is dropped rather than failing the stream
-

@@ -50,11 +50,12 @@ from aiohttp import web
 
 from cronoq.config import Config, Role, TlsConfig, is_loopback_host, parse_socket_addr
 from cronoq.proto import cronoq_pb2 as pb
+from cronoq.router import Router, collect_unavailable
 
 from . import openapi
 from .api import Api
 from .auth import Authenticator, Principal
-from .errors import NOT_LEADER_MESSAGE, ApiError, Code
+from .errors import NOT_LEADER_MESSAGE, ApiError, Code, from_exception
 
 __all__ = ["METRICS_ROUTES", "ROUTES", "HttpError", "HttpGateway", "ListenError", "Route", "start_http"]
 
@@ -673,8 +674,9 @@ class _Gateway:
     """The request handler of one listener."""
 
     def __init__(self, api: Api, config: Config, authenticator: Authenticator, routes: tuple[Route, ...],
-                 *, guard_host: bool) -> None:  # fmt: skip
+                 *, guard_host: bool, router: Router | None = None) -> None:  # fmt: skip
         self.api = api
+        self.router = router if router is not None else Router(config, api)
         self.limits = config.limits
         self.auth = authenticator
         self.routes = routes
@@ -737,9 +739,8 @@ class _Gateway:
             return error_response(HttpError.of(error))
         except HttpError as error:
             return error_response(error)
-        except Exception:
-            log.exception("internal error in the HTTP gateway")
-            return error_response(HttpError(500, "internal_server_error", "internal error"))
+        except Exception as exc:  # the router's refusals and other shards' answers; the rest is logged
+            return error_response(HttpError.of(from_exception(exc)))
 
     async def _serve(self, route: Route, params: dict[str, str], request: web.BaseRequest) -> web.StreamResponse:
         principal: Principal | None = None
@@ -809,12 +810,12 @@ class _Gateway:
 
     async def submit(self, request: web.BaseRequest, principal: Principal, params: dict[str, str]) -> web.Response:
         message = submit_request(await self._body(request))
-        return json_response(submit_json(await self.api.submit(principal, message)))
+        return json_response(submit_json(await self.router.submit(principal, message)))
 
     async def submit_batch(self, request: web.BaseRequest, principal: Principal,
                            params: dict[str, str]) -> web.Response:  # fmt: skip
         message = batch_request(await self._body(request), self.limits.max_tasks_per_batch)
-        response = await self.api.submit_batch(principal, message)
+        response = await self.router.submit_batch(principal, message)
         return json_response({"tasks": [submit_json(item) for item in response.tasks]})
 
     async def list_tasks(self, request: web.BaseRequest, principal: Principal,
@@ -833,15 +834,16 @@ class _Gateway:
             if not _DECIMAL.fullmatch(after):
                 _bad("after must be a decimal task id")
             message.after = min(int(after), _UINT64_MAX)  # nothing follows the largest id
-        return json_response(list_json(await self.api.list_tasks(principal, message)))
+        return json_response(list_json(await self.router.list_tasks(principal, message)))
 
     async def get_task(self, request: web.BaseRequest, principal: Principal, params: dict[str, str]) -> web.Response:
-        info = await self.api.get(principal, pb.GetRequest(task=self._ref(params)))
-        return json_response(task_info_json(info))
+        with collect_unavailable() as missing:
+            info = await self.router.get(principal, pb.GetRequest(task=self._ref(params)))
+        return json_response(_shards(task_info_json(info), missing))
 
     async def cancel_task(self, request: web.BaseRequest, principal: Principal,
                           params: dict[str, str]) -> web.Response:  # fmt: skip
-        response = await self.api.cancel(principal, pb.CancelRequest(task=self._ref(params)))
+        response = await self.router.cancel(principal, pb.CancelRequest(task=self._ref(params)))
         return json_response({"cancelled": response.cancelled})
 
     async def task_result(self, request: web.BaseRequest, principal: Principal,
@@ -853,20 +855,22 @@ class _Gateway:
             except ValueError:
                 _bad("timeout_s must be a number of seconds")
             message.timeout_s = seconds
-        return json_response(result_json(await self.api.wait(principal, message)))
+        with collect_unavailable() as missing:
+            result = await self.router.wait(principal, message)
+        return json_response(_shards(result_json(result), missing))
 
     # ----------------------------------------------------------------------------- Admin
 
     async def snapshot(self, request: web.BaseRequest, principal: Principal, params: dict[str, str]) -> web.Response:
-        return json_response(snapshot_json(await self.api.snapshot(principal, pb.Empty())))
+        return json_response(snapshot_json(await self.router.snapshot(principal, pb.Empty())))
 
     async def list_workers(self, request: web.BaseRequest, principal: Principal,
                            params: dict[str, str]) -> web.Response:  # fmt: skip
-        return json_response(workers_json(await self.api.list_workers(principal, pb.Empty())))
+        return json_response(workers_json(await self.router.list_workers(principal, pb.Empty())))
 
     async def list_recurring(self, request: web.BaseRequest, principal: Principal,
                              params: dict[str, str]) -> web.Response:  # fmt: skip
-        return json_response(recurring_json(await self.api.list_recurring(principal, pb.Empty())))
+        return json_response(recurring_json(await self.router.list_recurring(principal, pb.Empty())))
 
     async def metrics(self, request: web.BaseRequest, principal: Principal, params: dict[str, str]) -> web.Response:
         body, content_type = await self.api.metrics_text(principal)
@@ -949,7 +953,9 @@ class HttpGateway:
         return f"{self.scheme}://{self.address}"
 
     async def _add(self, gateway: _Gateway, sock: socket.socket, context: ssl.SSLContext | None) -> None:
-        server = web.Server(gateway.handle, handler_cancellation=True, access_log=None)
+        from .telemetry import trace_http  # OpenTelemetry: a span per request, only when it is on
+
+        server = web.Server(trace_http(gateway.handle, gateway._match), handler_cancellation=True, access_log=None)
         runner = web.ServerRunner(server, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
         await runner.setup()
         self._runners.append(runner)
@@ -963,7 +969,8 @@ class HttpGateway:
                 await runner.cleanup()
 
 
-async def start_http(api: Api, config: Config, *, authenticator: Authenticator | None = None) -> HttpGateway:
+async def start_http(api: Api, config: Config, *, authenticator: Authenticator | None = None,
+                     router: Router | None = None) -> HttpGateway:
     """Serve the HTTP API on ``server.http_addr`` (TLS with ``[server.tls]``) and, when set,
     ``/metrics``, ``/healthz`` and ``/readyz`` without credentials on ``server.metrics_addr``.
 
@@ -979,13 +986,13 @@ async def start_http(api: Api, config: Config, *, authenticator: Authenticator |
         if server.metrics_addr is not None:
             sockets.append(_bind(server.metrics_addr))
         context = _ssl_context(server.tls) if server.tls is not None else None
-        main = _Gateway(api, config, auth, ROUTES, guard_host=guard)
+        main = _Gateway(api, config, auth, ROUTES, guard_host=guard, router=router)
         await gateway._add(main, sockets[0], context)
         gateway.address = _format(sockets[0])
         if context is not None:
             gateway.scheme = "https"
         if len(sockets) > 1:
-            metrics = _Gateway(api, config, auth, METRICS_ROUTES, guard_host=False)
+            metrics = _Gateway(api, config, auth, METRICS_ROUTES, guard_host=False, router=router)
             await gateway._add(metrics, sockets[1], None)
             gateway.metrics_address = _format(sockets[1])
     except BaseException:

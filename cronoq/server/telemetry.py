@@ -1,0 +1,723 @@
+"""OpenTelemetry for ``cronoq-server``: traces and metrics over OTLP, configured by ``OTEL_*``.
+
+Nothing happens unless the standard environment asks for an OTLP export (``setup`` returns None,
+no provider is built, no interceptor or wrapper is installed, and ``outgoing_traceparent`` returns
+None at once). It is switched on by any of:
+
+- ``OTEL_EXPORTER_OTLP_ENDPOINT``, ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` or
+  ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`` (the signal whose endpoint is set is exported; the base
+  endpoint enables both);
+- ``OTEL_TRACES_EXPORTER=otlp`` / ``OTEL_METRICS_EXPORTER=otlp`` (``none`` turns a signal off).
+
+``OTEL_SDK_DISABLED=true`` wins over everything. The transport follows
+``OTEL_EXPORTER_OTLP_PROTOCOL`` (or the per-signal ``..._TRACES_PROTOCOL``/``..._METRICS_PROTOCOL``):
+``http/protobuf`` (the default) or ``grpc``. Every other ``OTEL_*`` setting the SDK knows (headers,
+timeouts, certificates, ``OTEL_BSP_*``, ``OTEL_METRIC_EXPORT_INTERVAL``, ``OTEL_RESOURCE_ATTRIBUTES``,
+``OTEL_PROPAGATORS``) is read by the SDK itself. The resource is ``service.name=cronoq-server``
+(unless ``OTEL_SERVICE_NAME`` or ``OTEL_RESOURCE_ATTRIBUTES`` name the service) plus
+``cronoq.shard`` when the server runs a shard of a federation.
+
+Traces
+    - a SERVER span per gRPC call (``cronoq.v1.Tasks/Submit``, ...) and per HTTP request
+      (``POST /v1/tasks``, ...), child of the W3C context of the incoming ``traceparent``
+      metadata or header;
+    - a submitted task without a ``traceparent`` tag gets the context of that span as its tag, so
+      remote workers find the trace in ``lease.tags["traceparent"]``;
+    - a ``cronoq.task`` span per attempt (from the lease's dispatch to its outcome), parented to
+      the trace of the task's ``traceparent`` tag, with ``task.id``, ``task.pool``, ``task.kind``,
+      ``task.attempt`` (the names the embedded scheduler uses);
+    - ``outgoing_traceparent()`` gives the ``traceparent`` to send with a call this server forwards.
+
+Metrics (read from the leader's shard snapshot when the exporter collects; a standby reports
+none). They are the Prometheus series of ``cronoq.server.metrics`` under OTel names: the
+``cronoq_`` prefix becomes ``cronoq.``, ``pool_``/``group_`` become ``pool.``/``group.``, the
+Prometheus ``_total`` and ``_seconds`` suffixes are dropped (seconds become the unit ``s``):
+
+- counters: ``cronoq.tasks`` {status}, ``cronoq.tasks_submitted``, ``cronoq.tasks_dispatched``,
+  ``cronoq.retries``, ``cronoq.timeouts``, ``cronoq.lease_expiries``, ``cronoq.stale_completions``,
+  ``cronoq.recurring_conflicts``, ``cronoq.recurring_invalid``, ``cronoq.pool.cost`` {pool},
+  ``cronoq.pool.worker_seconds`` {pool};
+- gauges: ``cronoq.workers_connected``, ``cronoq.live_tasks``, ``cronoq.running``,
+  ``cronoq.pending``, ``cronoq.pool.desired_workers``, ``cronoq.pool.workers``,
+  ``cronoq.pool.pending_by_class`` {pool, class}, ``cronoq.pool.<figure>`` {pool} for every
+  per-pool figure (capacity, busy, held, pending, ready, reservations, window_*,
+  priority_adherence, fixed_start_hit_rate, utilization, schedule_efficiency, wait_mean,
+  wait_p50/p90/p99, run_p50/p99), ``cronoq.group.capacity``/``cronoq.group.busy`` {pool, labels}.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from cronoq._otel import SPAN_NAME, TRACEPARENT, current_traceparent
+from cronoq.config import Config
+
+from .service import ServerShardService
+
+if TYPE_CHECKING:
+    from aiohttp import web
+    from opentelemetry.metrics import CallbackOptions, Observation
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.trace import Span, Tracer
+
+    from cronoq.engine import Abort, Dispatch, Snapshot
+    from cronoq.shard.blob import Blob
+    from cronoq.shard.workers import WorkerSession
+
+    from .api import Api
+
+__all__ = [
+    "SERVICE_NAME",
+    "TRACEPARENT",
+    "Plan",
+    "Telemetry",
+    "TelemetryError",
+    "TracedShardService",
+    "active",
+    "grpc_interceptors",
+    "outgoing_traceparent",
+    "plan",
+    "setup",
+    "shard_service_type",
+    "trace_http",
+]
+
+log = logging.getLogger("cronoq.server")
+
+SERVICE_NAME = "cronoq-server"
+INSTRUMENTATION = "cronoq.server"
+
+_SIGNALS = ("traces", "metrics")
+_PROTOCOLS = ("http/protobuf", "grpc")
+_TRUE = ("true", "1", "yes", "on")
+
+
+class TelemetryError(ValueError):
+    """The ``OTEL_*`` environment asks for something this server cannot do."""
+
+
+# ======================================================================================= decisions
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """Which signals to export, and over which OTLP transport."""
+
+    traces: str | None  # protocol, or None when the signal is off
+    metrics: str | None
+
+
+def _env(environ: Mapping[str, str], name: str) -> str:
+    return environ.get(name, "").strip()
+
+
+def _signal_protocol(environ: Mapping[str, str], signal: str) -> str | None:
+    """The OTLP protocol of ``signal``, or None when it is not exported."""
+    upper = signal.upper()
+    exporters = _env(environ, f"OTEL_{upper}_EXPORTER").lower()
+    if exporters:
+        names = {name.strip() for name in exporters.split(",") if name.strip()}
+        unsupported = names - {"otlp", "none"}
+        if unsupported:
+            raise TelemetryError(f"OTEL_{upper}_EXPORTER={exporters}: cronoq-server exports with otlp only "
+                                 "(or none)")  # fmt: skip
+        wanted = "otlp" in names
+    else:
+        wanted = bool(_env(environ, "OTEL_EXPORTER_OTLP_ENDPOINT") or
+                      _env(environ, f"OTEL_EXPORTER_OTLP_{upper}_ENDPOINT"))  # fmt: skip
+    if not wanted:
+        return None
+    variable = f"OTEL_EXPORTER_OTLP_{upper}_PROTOCOL"
+    protocol = _env(environ, variable)
+    if not protocol:
+        variable = "OTEL_EXPORTER_OTLP_PROTOCOL"
+        protocol = _env(environ, variable) or "http/protobuf"
+    if protocol not in _PROTOCOLS:
+        raise TelemetryError(f"{variable}={protocol}: cronoq-server exports OTLP over http/protobuf or grpc")
+    return protocol
+
+
+def plan(environ: Mapping[str, str]) -> Plan | None:
+    """What the environment asks for; None when nothing is to be exported."""
+    if _env(environ, "OTEL_SDK_DISABLED").lower() in _TRUE:
+        return None
+    traces, metrics = (_signal_protocol(environ, signal) for signal in _SIGNALS)
+    if traces is None and metrics is None:
+        return None
+    return Plan(traces, metrics)
+
+
+# ======================================================================================= providers
+
+
+def _resource(config: Config, environ: Mapping[str, str]) -> Any:
+    from opentelemetry.sdk.resources import OTELResourceDetector, Resource
+
+    attributes: dict[str, str] = {}
+    # Resource.create lets explicit attributes win over the environment: only add our default
+    # service name when the operator did not name the service.
+    detected = OTELResourceDetector().detect().attributes
+    if not _env(environ, "OTEL_SERVICE_NAME") and "service.name" not in detected:
+        attributes["service.name"] = SERVICE_NAME
+    if config.sharded and config.server.shard:
+        attributes["cronoq.shard"] = config.server.shard
+    return Resource.create(attributes)
+
+
+def _tracer_provider(protocol: str, resource: Any) -> TracerProvider:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpans
+
+        exporter: Any = GrpcSpans()
+    else:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpans
+
+        exporter = HttpSpans()
+    provider = TracerProvider(resource=resource)
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    return provider
+
+
+def _meter_provider(protocol: str, resource: Any) -> MeterProvider:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcMetrics
+
+        exporter: Any = GrpcMetrics()
+    else:
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpMetrics
+
+        exporter = HttpMetrics()
+    return MeterProvider(resource=resource, metric_readers=[PeriodicExportingMetricReader(exporter)])
+
+
+# ======================================================================================= the state
+
+
+class Telemetry:
+    """The providers of one server process, the tracer, and the snapshot-backed instruments."""
+
+    def __init__(self, api: Api, tracer_provider: TracerProvider | None, meter_provider: MeterProvider | None) -> None:
+        self.api = api
+        self.tracer_provider = tracer_provider
+        self.meter_provider = meter_provider
+        self.tracer: Tracer | None = None
+        if tracer_provider is not None:
+            self.tracer = tracer_provider.get_tracer(INSTRUMENTATION)
+        self._metrics: _SnapshotMetrics | None = None
+        if meter_provider is not None:
+            self._metrics = _SnapshotMetrics(api, meter_provider)
+
+    def start(self) -> None:
+        """Bind the metric callbacks to the running event loop (the one the shard runs on)."""
+        if self._metrics is not None:
+            self._metrics.loop = asyncio.get_running_loop()
+
+    async def shutdown(self) -> None:
+        """Flush what is pending and stop the exporters (idempotent).
+
+        Runs in a worker thread: a last metric collection may ask the event loop for a snapshot."""
+        global _state
+        if _state is self:
+            _state = None
+        tracer_provider, self.tracer_provider = self.tracer_provider, None
+        meter_provider, self.meter_provider = self.meter_provider, None
+
+        def stop() -> None:
+            if tracer_provider is not None:
+                tracer_provider.shutdown()
+            if meter_provider is not None:
+                meter_provider.shutdown()
+
+        await asyncio.to_thread(stop)
+
+
+_state: Telemetry | None = None
+
+
+def setup(config: Config, api: Api) -> Telemetry | None:
+    """Build the providers ``os.environ`` asks for; None (and no cost) when it asks for none.
+
+    Raises ``TelemetryError`` for settings this server cannot honour."""
+    global _state
+    wanted = plan(os.environ)
+    if wanted is None:
+        return None
+    resource = _resource(config, os.environ)
+    tracer_provider = _tracer_provider(wanted.traces, resource) if wanted.traces else None
+    meter_provider = _meter_provider(wanted.metrics, resource) if wanted.metrics else None
+    telemetry = Telemetry(api, tracer_provider, meter_provider)
+    _state = telemetry
+    log.info("OpenTelemetry on: traces %s, metrics %s", wanted.traces or "off", wanted.metrics or "off")
+    return telemetry
+
+
+def active() -> Telemetry | None:
+    """The telemetry of this process, or None when it is off."""
+    return _state
+
+
+def outgoing_traceparent() -> str | None:
+    """The W3C ``traceparent`` to send with a call made on behalf of the current request
+    (the current server span), or None when tracing is off or no span is active."""
+    if _state is None or _state.tracer is None:
+        return None
+    return current_traceparent()
+
+
+def _tracer() -> Tracer | None:
+    state = _state
+    return None if state is None else state.tracer
+
+
+# ======================================================================================= gRPC spans
+
+# Server spans of calls ending with these codes are errors (OpenTelemetry's RPC conventions).
+_ERROR_CODES = frozenset({
+    grpc.StatusCode.UNKNOWN, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNIMPLEMENTED,
+    grpc.StatusCode.INTERNAL, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DATA_LOSS,
+})  # fmt: skip
+
+
+def _status_code(context: Any, error: BaseException | None) -> grpc.StatusCode:
+    code = None
+    with contextlib.suppress(Exception):
+        code = context.code()
+    if isinstance(code, grpc.StatusCode):
+        return code
+    if isinstance(code, int):
+        for status in grpc.StatusCode:
+            if status.value[0] == code:
+                return status
+    if error is None:
+        return grpc.StatusCode.OK
+    return grpc.StatusCode.CANCELLED if isinstance(error, asyncio.CancelledError) else grpc.StatusCode.UNKNOWN
+
+
+def _end_rpc(span: Span, context: Any, error: BaseException | None) -> None:
+    from opentelemetry.trace import Status, StatusCode
+
+    code = _status_code(context, error)
+    span.set_attribute("rpc.grpc.status_code", code.value[0])
+    if code in _ERROR_CODES:
+        details = None
+        with contextlib.suppress(Exception):
+            details = context.details()
+        span.set_status(Status(StatusCode.ERROR, details or code.name))
+
+
+def _carrier(metadata: Iterable[Any] | None) -> dict[str, str]:
+    carrier: dict[str, str] = {}
+    for key, value in metadata or ():
+        if isinstance(value, str):
+            carrier[key] = value
+    return carrier
+
+
+class _RpcSpans(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """A SERVER span around each call, child of the caller's ``traceparent`` metadata."""
+
+    def __init__(self, tracer: Tracer) -> None:
+        self._tracer = tracer
+
+    async def intercept_service(self, continuation: Callable[[Any], Awaitable[Any]], handler_call_details: Any) -> Any:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return None
+        method: str = handler_call_details.method
+        metadata = handler_call_details.invocation_metadata
+        return _wrap_handler(self._tracer, handler, method, metadata)
+
+
+def _wrap_handler(tracer: Tracer, handler: Any, method: str, metadata: Any) -> Any:
+    from opentelemetry import propagate
+    from opentelemetry.trace import SpanKind
+
+    service, _, name = method.lstrip("/").partition("/")
+    span_name = f"{service}/{name}"
+    attributes = {"rpc.system": "grpc", "rpc.service": service, "rpc.method": name}
+
+    def span() -> Any:
+        parent = propagate.extract(_carrier(metadata))
+        return tracer.start_as_current_span(span_name, context=parent, kind=SpanKind.SERVER, attributes=attributes,
+                                            record_exception=False, set_status_on_exception=False)  # fmt: skip
+
+    def wrap(behavior: Callable[..., Any]) -> Callable[..., Any]:
+        if inspect.isasyncgenfunction(behavior):
+
+            async def stream(request: Any, context: Any) -> AsyncIterator[Any]:
+                with span() as current:
+                    try:
+                        async for item in behavior(request, context):
+                            yield item
+                    except BaseException as exc:
+                        _end_rpc(current, context, exc)
+                        raise
+                    _end_rpc(current, context, None)
+
+            return stream
+
+        async def call(request: Any, context: Any) -> Any:
+            with span() as current:
+                try:
+                    result = await behavior(request, context)
+                except BaseException as exc:
+                    _end_rpc(current, context, exc)
+                    raise
+                _end_rpc(current, context, None)
+                return result
+
+        return call
+
+    common = {"request_deserializer": handler.request_deserializer, "response_serializer": handler.response_serializer}
+    if handler.unary_unary is not None:
+        return grpc.unary_unary_rpc_method_handler(wrap(handler.unary_unary), **common)
+    if handler.unary_stream is not None:
+        return grpc.unary_stream_rpc_method_handler(wrap(handler.unary_stream), **common)
+    if handler.stream_unary is not None:
+        return grpc.stream_unary_rpc_method_handler(wrap(handler.stream_unary), **common)
+    return grpc.stream_stream_rpc_method_handler(wrap(handler.stream_stream), **common)
+
+
+def grpc_interceptors() -> Sequence[grpc.aio.ServerInterceptor] | None:
+    """Interceptors for ``grpc.aio.server``: None when tracing is off (no per-call cost)."""
+    tracer = _tracer()
+    return None if tracer is None else [_RpcSpans(tracer)]
+
+
+# ======================================================================================= HTTP spans
+
+HttpHandler = Callable[["web.BaseRequest"], Awaitable["web.StreamResponse"]]
+
+
+def trace_http(handler: HttpHandler, route_of: Callable[[str, str], Any]) -> HttpHandler:
+    """``handler`` with a SERVER span around each request when tracing is on (else ``handler``).
+
+    ``route_of(method, raw_path)`` answers ``(route, params)`` for a known route (``route.path``
+    is the template) and raises otherwise; the span is named ``METHOD /templated/path`` (only
+    ``METHOD`` for an unknown path)."""
+    tracer = _tracer()
+    if tracer is None:
+        return handler
+    from opentelemetry import propagate
+    from opentelemetry.trace import SpanKind, Status, StatusCode
+
+    async def traced(request: web.BaseRequest) -> web.StreamResponse:
+        method = request.method
+        template: str | None = None
+        with contextlib.suppress(Exception):
+            template = route_of(method, request.rel_url.raw_path)[0].path
+        attributes: dict[str, str] = {"http.request.method": method, "url.path": request.path}
+        if template is not None:
+            attributes["http.route"] = template
+        name = f"{method} {template}" if template else method
+        parent = propagate.extract(request.headers)
+        with tracer.start_as_current_span(name, context=parent, kind=SpanKind.SERVER, attributes=attributes,
+                                          record_exception=False, set_status_on_exception=False) as span:  # fmt: skip
+            try:
+                response = await handler(request)
+            except BaseException as exc:
+                span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+                raise
+            span.set_attribute("http.response.status_code", response.status)
+            if response.status >= 500:
+                span.set_status(Status(StatusCode.ERROR))
+            return response
+
+    return traced
+
+
+# ======================================================================================= attempt spans
+
+
+def shard_service_type() -> type[ServerShardService]:
+    """The shard service class to run: with attempt spans when tracing is on."""
+    return TracedShardService if _tracer() is not None else ServerShardService
+
+
+class TracedShardService(ServerShardService):
+    """The server's shard service plus a ``cronoq.task`` span per attempt: opened when the lease
+    is dispatched, closed by the attempt's outcome (completion, failure, abort, lost worker)."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        tracer = _tracer()
+        if tracer is None:
+            raise RuntimeError("TracedShardService needs telemetry with tracing on (telemetry.setup)")
+        self._tracer = tracer
+        self._attempts: dict[int, Span] = {}
+
+    def _open(self, lease: Dispatch) -> None:
+        from opentelemetry import propagate
+        from opentelemetry.context import Context
+
+        traceparent = lease.tags.get(TRACEPARENT)
+        parent = propagate.extract({TRACEPARENT: traceparent}) if traceparent else Context()
+        attributes: dict[str, str | int] = {
+            "task.id": lease.task_id,
+            "task.pool": lease.pool,
+            "task.kind": lease.kind,
+            "task.attempt": lease.attempt,
+        }
+        self._attempts[lease.id] = self._tracer.start_span(SPAN_NAME, context=parent, attributes=attributes)
+
+    def _close(self, lease_id: int, error: str | None = None) -> None:
+        span = self._attempts.pop(lease_id, None)
+        if span is None:
+            return
+        from opentelemetry.trace import Status, StatusCode
+
+        span.set_status(Status(StatusCode.ERROR, error) if error is not None else Status(StatusCode.OK))
+        span.end()
+
+    # The driver's sink -------------------------------------------------------------------------
+
+    def dispatch(self, leases: Sequence[Dispatch]) -> None:
+        for lease in leases:
+            self._open(lease)
+        super().dispatch(leases)
+        owners = self.workers.lease_owner
+        for lease in leases:
+            if lease.id not in owners:
+                self._close(lease.id, "no connected worker could take the lease")
+
+    def abort(self, aborts: Sequence[Abort]) -> None:
+        for abort in aborts:
+            self._close(abort.lease_id, abort.reason)
+        super().abort(aborts)
+
+    # Worker reports ------------------------------------------------------------------------------
+
+    def worker_complete(self, session: WorkerSession, lease_id: int, output: Blob) -> None:
+        self._close(lease_id)
+        super().worker_complete(session, lease_id, output)
+
+    def worker_fail(self, session: WorkerSession, lease_id: int, message: str, permanent: bool,
+                    retry_after: int | None) -> None:  # fmt: skip
+        self._close(lease_id, message or "failed")
+        super().worker_fail(session, lease_id, message, permanent, retry_after)
+
+    def worker_cancelled(self, session: WorkerSession, lease_id: int) -> None:
+        self._close(lease_id, "cancelled by the worker")
+        super().worker_cancelled(session, lease_id)
+
+    def worker_nack(self, session: WorkerSession, lease_id: int, reason: str) -> None:
+        super().worker_nack(session, lease_id, reason)
+        if lease_id not in self.workers.lease_owner:  # no other worker took it: the attempt failed
+            self._close(lease_id, "no other worker could take the lease")
+
+    def unregister_worker(self, session: WorkerSession, reason: str = "worker disconnected") -> None:
+        if session.id in self.workers.sessions:
+            for lease_id in list(session.running):
+                self._close(lease_id, reason)
+        super().unregister_worker(session, reason)
+
+    def _end_everything(self, error: Exception, *, not_leader: bool, reason: str) -> None:
+        # Step-down and shutdown drop every session at once, without unregister_worker.
+        super()._end_everything(error, not_leader=not_leader, reason=reason)
+        for lease_id in list(self._attempts):
+            self._close(lease_id, reason)
+
+
+# ======================================================================================= metrics
+
+# Totals beside the per-status task counter: (snapshot key, instrument name, description).
+_TOTALS = (
+    ("submitted", "cronoq.tasks_submitted", "Tasks admitted since this leader started."),
+    ("dispatched", "cronoq.tasks_dispatched", "Attempts started since this leader started."),
+    ("retries", "cronoq.retries", "Attempts that failed and were scheduled again."),
+    ("timeouts", "cronoq.timeouts", "Attempts that ran past their timeout."),
+    ("lease_expiries", "cronoq.lease_expiries", "Leases that expired without a heartbeat."),
+    ("stale_completions", "cronoq.stale_completions", "Late, duplicate or previous-leader reports that were ignored."),
+    ("recurring_conflicts", "cronoq.recurring_conflicts", "Recurring occurrences refused at admission."),
+    ("recurring_invalid", "cronoq.recurring_invalid", "Recurring schedules that became invalid."),
+)
+
+# Per-pool figures of the snapshot: (attribute, unit).
+_POOL_FIGURES = (
+    ("capacity", "{slot}"), ("busy", "{slot}"), ("held", "{slot}"), ("pending", "{task}"), ("ready", "{task}"),
+    ("reservations", "{reservation}"), ("dispatched", "{attempt}"), ("succeeded", "{task}"), ("failed", "{task}"),
+    ("retried", "{attempt}"), ("priority_adherence", "1"), ("fixed_start_hit_rate", "1"), ("utilization", "1"),
+    ("schedule_efficiency", "1"), ("wait_mean", "s"), ("wait_p50", "s"), ("wait_p90", "s"), ("wait_p99", "s"),
+    ("run_p50", "s"), ("run_p99", "s"),
+)  # fmt: skip
+
+# The window counts are gauges over the metrics window, named like their Prometheus series.
+_WINDOW = frozenset({"dispatched", "succeeded", "failed", "retried"})
+
+_CLASS_NAMES = ("critical", "high", "normal", "low")
+_TERMINAL = ("succeeded", "failed", "dead_lettered", "cancelled", "skipped", "missed", "shed")
+
+
+@dataclass(frozen=True, slots=True)
+class _Reading:
+    snapshot: Snapshot
+    workers: dict[str, int]
+    desired: dict[str, int]
+
+
+class _SnapshotMetrics:
+    """Observable instruments over the leader's snapshot.
+
+    The exporter's thread collects; the snapshot lives on the event loop. The first instrument's
+    callback (instruments are collected in creation order) fetches one snapshot through the loop
+    and every other callback of that collection reads it."""
+
+    FETCH_TIMEOUT_S = 5.0
+
+    def __init__(self, api: Api, provider: MeterProvider) -> None:
+        self.api = api
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._reading: _Reading | None = None
+        meter = provider.get_meter(INSTRUMENTATION)
+        gauge, counter = meter.create_observable_gauge, meter.create_observable_counter
+        counter("cronoq.tasks", [self._refresh_then_tasks], unit="{task}",
+                description="Tasks that reached a terminal status, by status.")  # fmt: skip
+        for key, name, description in _TOTALS:
+            counter(name, [self._total(key)], description=description)
+        gauge("cronoq.workers_connected", [self._single(lambda r: sum(r.workers.values()))], unit="{worker}",
+              description="Connected remote workers.")  # fmt: skip
+        gauge("cronoq.live_tasks", [self._single(lambda r: r.snapshot.live_tasks)], unit="{task}",
+              description="Tasks not yet finished.")  # fmt: skip
+        gauge("cronoq.running", [self._single(lambda r: r.snapshot.running)], unit="{attempt}",
+              description="Attempts running now.")  # fmt: skip
+        gauge("cronoq.pending", [self._single(lambda r: r.snapshot.pending)], unit="{task}",
+              description="Tasks waiting to run.")  # fmt: skip
+        gauge("cronoq.pool.desired_workers", [self._per_pool(lambda r, p: r.desired.get(p.name, p.desired))],
+              unit="{slot}", description="Slots the autoscaler wants for the pool.")  # fmt: skip
+        gauge("cronoq.pool.workers", [self._per_pool(lambda r, p: r.workers.get(p.name, 0))], unit="{worker}",
+              description="Connected remote workers of the pool.")  # fmt: skip
+        counter("cronoq.pool.cost", [self._per_pool(lambda r, p: p.cost)],
+                description="Accumulated cost of the pool (cost_per_worker_second).")  # fmt: skip
+        counter("cronoq.pool.worker_seconds", [self._per_pool(lambda r, p: p.worker_seconds)], unit="s",
+                description="Accumulated slot-seconds of capacity.")  # fmt: skip
+        gauge("cronoq.pool.pending_by_class", [self._by_class], unit="{task}",
+              description="Pending tasks per priority class.")  # fmt: skip
+        for attribute, unit in _POOL_FIGURES:
+            name = f"cronoq.pool.window_{attribute}" if attribute in _WINDOW else f"cronoq.pool.{attribute}"
+            gauge(name, [self._per_pool(_attribute_of(attribute))], unit=unit,
+                  description=f"The pool's {attribute.replace('_', ' ')} (snapshot).")  # fmt: skip
+        gauge("cronoq.group.capacity", [self._groups("capacity")], unit="{slot}",
+              description="Slots of the workers of one label group.")  # fmt: skip
+        gauge("cronoq.group.busy", [self._groups("busy")], unit="{slot}", description="Busy slots of one label group.")
+
+    # Reading the snapshot ------------------------------------------------------------------------
+
+    async def _read(self) -> _Reading | None:
+        api = self.api
+        if not api.serving:
+            return None
+        service = api.current()
+        snapshot = await service.snapshot()
+        workers: dict[str, int] = {}
+        for session in service.workers_in(None):
+            workers[session.pool] = workers.get(session.pool, 0) + 1
+        return _Reading(snapshot, workers, dict(service.desired))
+
+    def _fetch(self, options: CallbackOptions) -> _Reading | None:
+        loop = self.loop
+        if loop is None or loop.is_closed():
+            return None
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            return None  # collecting on the loop itself would wait for itself
+        timeout = min(self.FETCH_TIMEOUT_S, max(options.timeout_millis / 1000.0, 0.1))
+        try:
+            return asyncio.run_coroutine_threadsafe(self._read(), loop).result(timeout)
+        except Exception as exc:
+            log.debug("no snapshot for the metrics export: %r", exc)
+            return None
+
+    # Callbacks -----------------------------------------------------------------------------------
+
+    def _refresh_then_tasks(self, options: CallbackOptions) -> Iterable[Observation]:
+        from opentelemetry.metrics import Observation
+
+        self._reading = reading = self._fetch(options)
+        if reading is None:
+            return []
+        totals = reading.snapshot.totals
+        return [Observation(int(totals.get(status, 0)), {"status": status}) for status in _TERMINAL]
+
+    def _total(self, key: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        from opentelemetry.metrics import Observation
+
+        def observe(options: CallbackOptions) -> Iterable[Observation]:
+            reading = self._reading
+            return [] if reading is None else [Observation(int(reading.snapshot.totals.get(key, 0)))]
+
+        return observe
+
+    def _single(self, value: Callable[[_Reading], float]) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        from opentelemetry.metrics import Observation
+
+        def observe(options: CallbackOptions) -> Iterable[Observation]:
+            reading = self._reading
+            return [] if reading is None else [Observation(value(reading))]
+
+        return observe
+
+    def _visible_pools(self, reading: _Reading) -> list[Any]:
+        local = set(self.api.pools)
+        return [pool for pool in reading.snapshot.pools if pool.name in local]
+
+    def _per_pool(self, value: Callable[[_Reading, Any], float]) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        from opentelemetry.metrics import Observation
+
+        def observe(options: CallbackOptions) -> Iterable[Observation]:
+            reading = self._reading
+            if reading is None:
+                return []
+            return [Observation(value(reading, pool), {"pool": pool.name}) for pool in self._visible_pools(reading)]
+
+        return observe
+
+    def _by_class(self, options: CallbackOptions) -> Iterable[Observation]:
+        from opentelemetry.metrics import Observation
+
+        reading = self._reading
+        if reading is None:
+            return []
+        out = []
+        for pool in self._visible_pools(reading):
+            for name, count in zip(_CLASS_NAMES, pool.pending_by_class, strict=True):
+                out.append(Observation(count, {"pool": pool.name, "class": name}))
+        return out
+
+    def _groups(self, attribute: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        from opentelemetry.metrics import Observation
+
+        def observe(options: CallbackOptions) -> Iterable[Observation]:
+            reading = self._reading
+            if reading is None:
+                return []
+            out = []
+            for pool in self._visible_pools(reading):
+                for group in pool.groups:
+                    labels = ",".join(f"{k}={v}" for k, v in sorted(group.labels.items()))
+                    out.append(Observation(getattr(group, attribute), {"pool": pool.name, "labels": labels}))
+            return out
+
+        return observe
+
+
+def _attribute_of(attribute: str) -> Callable[[_Reading, Any], float]:
+    return lambda reading, pool: float(getattr(pool, attribute))
