@@ -24,6 +24,8 @@ test: lint typecheck
 	bash scripts/ensure_postgres.sh
 	$(PY) -m pytest -q
 
+# A 2-shard x 2-replica cluster on SQLite in a temporary folder, with workers and a burst of
+# forwarded tasks; serves until Ctrl-C (the embedded tour: $(PY) -m cronoq.demo_embedded).
 run: $(STAMP)
 	$(PY) -m cronoq.demo
 
@@ -32,6 +34,7 @@ bench: $(STAMP)
 	$(PY) loadtests/embedded_bench.py
 	$(PY) loadtests/store_bench.py
 	$(PY) loadtests/server_bench.py
+	$(PY) loadtests/shard_scaling.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

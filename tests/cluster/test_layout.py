@@ -1,0 +1,67 @@
+"""What ``cronoq cluster up`` writes before it starts anything: the configuration and the tokens."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from cronoq.cluster.layout import ClusterOptions, OptionsError, ShardPlan, pools_of_shard, render_config
+from cronoq.cluster.tokens import load_or_create_tokens, read_tokens
+from cronoq.config import Config, PostgresStoreConfig, SqliteStoreConfig
+
+TOKENS = {
+    f"CRONOQ_{role}_TOKEN": f"{role.lower()}-token-0123456789abcdef0123456789"
+    for role in ("CLIENT", "WORKER", "METRICS", "ADMIN")
+}
+
+
+def _plans(count: int, base: int = 7070) -> list[ShardPlan]:
+    return [
+        ShardPlan(f"s{n}", n, pools_of_shard(n), base + 2 * (n - 1), base + 2 * (n - 1) + 1)
+        for n in range(1, count + 1)
+    ]
+
+
+def test_the_sqlite_config_is_valid_for_every_shard(tmp_path: Path) -> None:
+    options = ClusterOptions(shards=3, replicas=2, state=tmp_path)
+    text = render_config(options, _plans(3), grpc_port=40000, http_port=40001, state_dir=tmp_path, comment="x")
+    for shard in ("s1", "s2", "s3"):
+        config = Config.parse(text, env=TOKENS, shard_override=shard)
+        assert config.server.grpc_addr == "127.0.0.1:40000"
+        assert isinstance(config.store, SqliteStoreConfig)
+        assert config.store_namespace() == str(tmp_path / f"{shard}.db")
+    config = Config.parse(text, env=TOKENS, shard_override="s3")
+    assert [pool.name for pool in config.local_pools()] == ["pool3"]
+    assert config.shard_of_pool("default") is not None and config.shard_of_pool("default").name == "s1"
+    assert config.shard("s2").endpoint == "http://127.0.0.1:7072"
+    assert config.warnings == []
+
+
+def test_the_postgres_config_uses_one_schema_per_shard(tmp_path: Path) -> None:
+    options = ClusterOptions(shards=2, dsn="postgresql://u@127.0.0.1/db", schema_prefix="t1_", state=tmp_path)
+    text = render_config(options, _plans(2), grpc_port=1, http_port=2, state_dir=tmp_path, comment="")
+    assert "postgresql://" not in text  # the URL reaches the servers through their environment only
+    config = Config.parse(text, env={**TOKENS, "DATABASE_URL": "postgresql://u@127.0.0.1/db"}, shard_override="s2")
+    assert isinstance(config.store, PostgresStoreConfig)
+    assert config.store_namespace() == "t1_s2"
+
+
+def test_options_are_checked_all_at_once() -> None:
+    with pytest.raises(OptionsError) as problem:
+        ClusterOptions(shards=300, replicas=0, base_port=80, schema_prefix="1bad", proxy=False).validate()
+    message = str(problem.value)
+    for expected in ("--shards", "--replicas", "--base-port", "--schema-prefix", "one replica per shard"):
+        assert expected in message
+
+
+def test_tokens_are_private_and_kept_across_runs(tmp_path: Path) -> None:
+    path = tmp_path / "tokens.env"
+    first = load_or_create_tokens(path)
+    assert sorted(first) == sorted(TOKENS)
+    assert len(set(first.values())) == 4 and all(len(token) >= 32 for token in first.values())
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    assert all(line.startswith("export CRONOQ_") for line in path.read_text().splitlines())
+    os.chmod(path, 0o644)
+    assert load_or_create_tokens(path) == first == read_tokens(path)
+    assert os.stat(path).st_mode & 0o777 == 0o600
