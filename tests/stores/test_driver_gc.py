@@ -26,6 +26,9 @@ def default_collector() -> Iterator[None]:
     saved = gc.get_threshold()
     gc.set_threshold(700, 10, 10)
     gc.unfreeze()
+    # Drivers of earlier tests in this process may still be counted (a scheduler a test never
+    # shut down); these tests count only their own.
+    _GcTuning.leaders, _GcTuning.applied_threshold, _GcTuning.saved_threshold = 0, None, None
     yield
     leaders = _GcTuning.leaders
     _GcTuning.leaders, _GcTuning.applied_threshold, _GcTuning.saved_threshold = 0, None, None
