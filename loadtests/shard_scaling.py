@@ -46,11 +46,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from server_bench import machine_ticks, ms, percentile, process_cpu_s  # the shared /proc accounting
+
 ROOT = Path(__file__).resolve().parents[1]
 BATCH = 1000
 POLL_S = 0.02
 SINGLE_CONCURRENCY = 32
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 BENCH = "shard_scaling"
 
 results: list[dict[str, Any]] = []
@@ -60,37 +62,6 @@ def emit(**fields: Any) -> None:
     record = {"bench": BENCH, **fields}
     results.append(record)
     print(json.dumps(record), flush=True)
-
-
-def percentile(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * share))]
-
-
-def ms(seconds: float) -> float:
-    return round(seconds * 1000, 2)
-
-
-# ----------------------------------------------------------------------------------- /proc
-
-
-def process_cpu_s(pid: int) -> float:
-    """User plus system CPU seconds of one process; 0 once it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
-def machine_ticks() -> tuple[int, int]:
-    """(busy, total) jiffies over all CPUs."""
-    with open("/proc/stat") as stat:
-        values = [int(v) for v in stat.readline().split()[1:]]
-    idle = values[3] + (values[4] if len(values) > 4 else 0)
-    total = sum(values[:8])
-    return total - idle, total
 
 
 class CpuMeter:

@@ -180,6 +180,11 @@ class Router:
             (("cronoq-shard", shard.name), ("cronoq-shard-endpoint", shard.endpoint)),
         )
 
+    def _peer_for_pool(self, caller: Caller, pool: str) -> Peer | None:
+        """Where work for ``pool`` goes, once the caller may use it."""
+        self._check_pool(caller, pool)
+        return self._peer_for(caller, self._shard_of_pool(pool), f"pool {pool!r}")
+
     def _reachable(self, caller: Caller, shard: ShardSection) -> Peer | None:
         """For fan-out reads: the peer to ask, or None when it cannot be asked for this caller."""
         if caller.certificate:
@@ -216,9 +221,7 @@ class Router:
         if self._local_only(caller):
             return await self.local.submit(caller, request)
         caller.require(Role.CLIENT)
-        pool = request.task.pool or self.local.default_pool
-        self._check_pool(caller, pool)
-        peer = self._peer_for(caller, self._shard_of_pool(pool), f"pool {pool!r}")
+        peer = self._peer_for_pool(caller, request.task.pool or self.local.default_pool)
         if peer is None:
             return await self.local.submit(caller, request)
         timeout = self.limits.request_timeout_s
@@ -538,9 +541,7 @@ class Router:
         if self._local_only(caller):
             return await self.local.add_recurring(caller, request)
         caller.require(Role.ADMIN)
-        pool = request.template.pool or self.local.default_pool
-        self._check_pool(caller, pool)
-        peer = self._peer_for(caller, self._shard_of_pool(pool), f"pool {pool!r}")
+        peer = self._peer_for_pool(caller, request.template.pool or self.local.default_pool)
         if peer is None:
             return await self.local.add_recurring(caller, request)
         response: pb.Empty = await self._forward(peer, "admin", "AddRecurring", request, caller,
