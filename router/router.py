@@ -7,6 +7,8 @@ shard's endpoint as the same ``cronoq.v1`` request, carrying the caller's own ``
 marked ``cronoq-forwarded`` so the receiving node answers it itself and never forwards it again.
 
 - Submissions, batches and new schedules go to the shard of their pool (a batch must stay in one).
+  Concurrent Submits for one shard with the same credentials may travel together as one SubmitBatch
+  (``coalesce``); each caller still gets the answer of its own Submit.
 - Lookups, waits and cancellations by id go to the shard in the id's top 8 bits.
 - By key, every shard is asked: a key found in two shards is refused (FAILED_PRECONDITION), Get and
   Wait still answer while a shard is missing (naming it), Cancel by key is refused (UNAVAILABLE).
@@ -35,6 +37,7 @@ from cronoq.config import Config, Role, ShardSection
 from cronoq.proto import cronoq_pb2 as pb
 
 from . import merge
+from .coalesce import SubmitCoalescer
 from .errors import RouteError
 
 __all__ = ["FORWARDED", "UNAVAILABLE_SHARDS_KEY", "Caller", "LocalApi", "Router", "collect_unavailable"]
@@ -48,6 +51,8 @@ SHARD_BITS = 56
 """Task ids carry their shard's number above this bit."""
 PEER_READ_TIMEOUT_S = 5.0
 """Longest a fan-out read waits for one shard before naming it unavailable."""
+COALESCE_MAX_TASKS = 256
+"""Most forwarded Submits sent together as one SubmitBatch (see ``coalesce``)."""
 
 _unavailable: ContextVar[list[str] | None] = ContextVar("cronoq_unavailable_shards", default=None)
 
@@ -141,8 +146,14 @@ class Router:
         self._by_number = {shard.number: shard for shard in config.shards}
         self._ordered = sorted(config.shards, key=lambda shard: shard.number)
         self._traceparent = traceparent
+        self._coalescer = SubmitCoalescer(
+            max_tasks=min(self.limits.max_tasks_per_batch, COALESCE_MAX_TASKS),
+            max_bytes=self.limits.max_message_bytes // 2,
+            status_of=status_of,
+        )
 
     async def close(self) -> None:
+        await self._coalescer.close()
         await self.peers.close()
 
     # ------------------------------------------------------------------------------ decisions
@@ -227,6 +238,14 @@ class Router:
         timeout = self.limits.request_timeout_s
         if request.wait:
             timeout = self._wait_timeout(request.wait_timeout_s if request.HasField("wait_timeout_s") else None)
+        elif self._traceparent is None or self._traceparent() is None:
+            # Without a trace to continue, concurrent Submits to one shard may share a call.
+            return await self._coalescer.submit(
+                (peer.name, caller.authorization),
+                request,
+                lambda one: self._forward(peer, "tasks", "Submit", one, caller, timeout),
+                lambda batch: self._forward(peer, "tasks", "SubmitBatch", batch, caller, timeout),
+            )
         response: pb.SubmitResponse = await self._forward(peer, "tasks", "Submit", request, caller, timeout)
         return response
 

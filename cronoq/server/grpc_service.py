@@ -136,7 +136,8 @@ class GrpcServices(pbg.TasksServicer, pbg.AdminServicer, pbg.WorkersServicer):
             self._inflight += 1
             try:
                 with collect_unavailable() as missing:
-                    response = await asyncio.wait_for(handler(principal, request), self._unary_bound)
+                    async with asyncio.timeout(self._unary_bound):  # no extra task, unlike wait_for
+                        response = await handler(principal, request)
                 if missing:
                     context.set_trailing_metadata(((UNAVAILABLE_SHARDS_KEY, ",".join(missing)),))
                 return response

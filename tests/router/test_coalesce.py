@@ -1,0 +1,109 @@
+"""The coalescing logic of forwarded Submits, with senders that record what was sent."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import pytest
+
+from cronoq.proto import cronoq_pb2 as pb
+from cronoq.router.coalesce import SubmitCoalescer
+from cronoq.router.errors import RouteError
+from cronoq.router.router import status_of
+
+
+class Peer:
+    """Answers Submits and SubmitBatches after a short delay, like a remote shard."""
+
+    def __init__(self, refuse_batches: grpc.StatusCode | None = None) -> None:
+        self.calls: list[int] = []  # tasks per call, in order
+        self.refuse_batches = refuse_batches
+        self.next_id = 1
+
+    def _admit(self, spec: pb.TaskSpec) -> pb.SubmitResponse:
+        if spec.kind == "bad":
+            raise RouteError(grpc.StatusCode.INVALID_ARGUMENT, "kind 'bad' is refused")
+        self.next_id += 1
+        return pb.SubmitResponse(id=self.next_id)
+
+    async def one(self, request: pb.SubmitRequest) -> pb.SubmitResponse:
+        self.calls.append(1)
+        await asyncio.sleep(0.01)
+        return self._admit(request.task)
+
+    async def batch(self, request: pb.SubmitBatchRequest) -> pb.SubmitBatchResponse:
+        self.calls.append(len(request.tasks))
+        await asyncio.sleep(0.01)
+        if self.refuse_batches is not None:
+            raise RouteError(self.refuse_batches, "task 3: refused")
+        return pb.SubmitBatchResponse(tasks=[self._admit(task) for task in request.tasks])
+
+
+def coalescer(max_tasks: int = 100) -> SubmitCoalescer:
+    return SubmitCoalescer(max_tasks=max_tasks, max_bytes=1 << 20, status_of=status_of)
+
+
+async def submit_all(c: SubmitCoalescer, peer: Peer, specs: list[pb.TaskSpec]) -> list[object]:
+    async def one(spec: pb.TaskSpec) -> object:
+        try:
+            return await c.submit("lane", pb.SubmitRequest(task=spec), peer.one, peer.batch)
+        except RouteError as exc:
+            return exc
+
+    return list(await asyncio.gather(*(one(spec) for spec in specs)))
+
+
+async def test_an_idle_lane_sends_at_once_and_later_submits_leave_together() -> None:
+    peer = Peer()
+    answers = await submit_all(coalescer(), peer, [pb.TaskSpec() for _ in range(50)])
+    assert peer.calls == [1, 49]
+    assert len({answer.id for answer in answers}) == 50  # type: ignore[attr-defined]
+    alone = await submit_all(coalescer(), peer, [pb.TaskSpec()])
+    assert isinstance(alone[0], pb.SubmitResponse) and peer.calls[-1] == 1
+
+
+async def test_batches_respect_the_task_budget() -> None:
+    peer = Peer()
+    await submit_all(coalescer(max_tasks=10), peer, [pb.TaskSpec() for _ in range(31)])
+    assert peer.calls == [1, 10, 10, 10]
+
+
+async def test_a_refused_batch_is_sent_again_one_by_one() -> None:
+    peer = Peer(refuse_batches=grpc.StatusCode.INVALID_ARGUMENT)
+    specs = [pb.TaskSpec(kind="bad" if i == 3 else "") for i in range(6)]
+    answers = await submit_all(coalescer(), peer, specs)
+    assert peer.calls == [1, 5, 1, 1, 1, 1, 1]
+    assert isinstance(answers[3], RouteError) and answers[3].message == "kind 'bad' is refused"
+    assert all(isinstance(answer, pb.SubmitResponse) for i, answer in enumerate(answers) if i != 3)
+
+
+@pytest.mark.parametrize("status", [grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED])
+async def test_an_unknown_outcome_is_everyones_answer_and_nothing_is_resent(status: grpc.StatusCode) -> None:
+    peer = Peer(refuse_batches=status)
+    answers = await submit_all(coalescer(), peer, [pb.TaskSpec() for _ in range(5)])
+    assert peer.calls == [1, 4]  # no retry: the batch may have been written
+    assert isinstance(answers[0], pb.SubmitResponse)
+    assert all(isinstance(answer, RouteError) and answer.code == status for answer in answers[1:])
+
+
+async def test_a_caller_that_gave_up_before_sending_is_left_out() -> None:
+    peer = Peer()
+    c = coalescer()
+    first = asyncio.ensure_future(c.submit("lane", pb.SubmitRequest(task=pb.TaskSpec()), peer.one, peer.batch))
+    await asyncio.sleep(0)
+    waiting = [asyncio.ensure_future(c.submit("lane", pb.SubmitRequest(task=pb.TaskSpec()), peer.one, peer.batch))
+               for _ in range(3)]  # fmt: skip
+    await asyncio.sleep(0)
+    waiting[1].cancel()
+    await first
+    done = await asyncio.gather(waiting[0], waiting[2])
+    assert peer.calls == [1, 2] and len(done) == 2
+
+
+async def test_lanes_are_separate() -> None:
+    peer = Peer()
+    c = coalescer()
+    requests = [c.submit(f"lane{i % 2}", pb.SubmitRequest(task=pb.TaskSpec()), peer.one, peer.batch) for i in range(6)]
+    await asyncio.gather(*requests)
+    assert sorted(peer.calls) == [1, 1, 2, 2]
