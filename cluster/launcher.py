@@ -2,9 +2,11 @@
 this machine, for development, the run command, tests, chaos drills and load tests.
 
 ``up`` starts N shards x R replicas. Each shard gets one endpoint (a TCP proxy that follows the
-shard's leader, see ``proxy.py``); the replicas listen on free ports of their own. State (the
-configuration, SQLite files, tokens, logs and ``cluster.json``) lives in the state folder,
-``.cronoq/cluster`` by default. Use it as a library too::
+shard's leader, see ``proxy.py``); the replicas listen on free ports of their own, all reading one
+configuration file (``--shard``, ``--grpc-addr`` and ``--http-addr`` tell them apart). A replica
+that dies while the cluster is up is started again with backoff unless restarts are off (see
+``supervisor.py``). State (the configuration, SQLite files, tokens, logs and ``cluster.json``)
+lives in the state folder, ``.cronoq/cluster`` by default. Use it as a library too::
 
     async with Cluster(ClusterOptions(shards=2, replicas=2, state=path, base_port=0)) as cluster:
         client = Client(cluster.shard("s1").plan.grpc_target, token=cluster.token("client"))
@@ -40,6 +42,7 @@ from .probe import http_status, process_start_ticks, same_process
 from .proxy import LeaderProxy, LeaderWatch, bind_listener
 from .replica import Replica, ReplicaError, free_port
 from .state import STATE_FILE, ClusterState, ReplicaState, ShardState, StateError
+from .supervisor import Supervisor
 from .tokens import load_or_create_tokens
 
 __all__ = ["Cluster", "ClusterError", "ReplicaError", "RunningShard", "main"]
@@ -94,6 +97,7 @@ class Cluster:
         self.shards: list[RunningShard] = []
         self.tokens: dict[str, str] = {}
         self._sockets: dict[str, tuple[socket.socket, socket.socket]] = {}
+        self._supervisors: list[Supervisor] = []
         self._started = False
         self._ready = False
         self._owns_state = False
@@ -157,17 +161,10 @@ class Cluster:
         plans = self._bind_endpoints()
         comment = (
             f"Written by `cronoq cluster up` for {options.shards} shard(s) x {options.replicas} replica(s).\n"
-            "Every server of the cluster reads this file with --shard NAME; the replicas' own copies in\n"
-            "replicas/ differ only in [server] grpc_addr / http_addr. Tokens come from tokens.env."
+            "Every server of the cluster reads this file, started with --shard NAME and its own\n"
+            "--grpc-addr / --http-addr (see logs/). Tokens come from tokens.env."
         )
-
-        def render(grpc_port: int, http_port: int) -> str:
-            return render_config(
-                options, plans, grpc_port=grpc_port, http_port=http_port, state_dir=self.state_dir, comment=comment
-            )
-
-        first = plans[0]
-        self.config_path.write_text(render(first.grpc_port, first.http_port))
+        self.config_path.write_text(render_config(options, plans, state_dir=self.state_dir, comment=comment))
         env = self._server_env()
         for plan in plans:
             fixed = None if options.proxy else (plan.grpc_port, plan.http_port)
@@ -175,8 +172,7 @@ class Cluster:
                 Replica(
                     plan.name,
                     index,
-                    render=render,
-                    config_dir=self.state_dir / "replicas",
+                    config_path=self.config_path,
                     log_dir=self.state_dir / "logs",
                     env=env,
                     fixed_ports=fixed,
@@ -195,6 +191,12 @@ class Cluster:
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 raise outcome
+        self._supervisors = [
+            Supervisor(replica, restart=options.restart, say=self.say, on_restarted=self._replica_restarted)
+            for replica in self.replicas
+        ]
+        for supervisor in self._supervisors:
+            supervisor.start()
         for shard in self.shards:
             shard.watch.start()
             if options.proxy:
@@ -207,7 +209,6 @@ class Cluster:
         directory = self.state_dir
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         (directory / "logs").mkdir(exist_ok=True)
-        (directory / "replicas").mkdir(exist_ok=True)
         try:
             previous = ClusterState.read(directory)
         except StateError:
@@ -291,6 +292,11 @@ class Cluster:
 
         return changed
 
+    def _replica_restarted(self, replica: Replica) -> None:
+        # Record the new pid, so `status` and `down` know the process that now runs.
+        if self._ready and self._owns_state:
+            self._write_state()
+
     def _write_state(self) -> None:
         shards = tuple(
             ShardState(
@@ -307,6 +313,7 @@ class Cluster:
                         grpc_port=r.grpc_port,
                         http_port=r.http_port,
                         log=str(r.log_path),
+                        restarts=r.restarts,
                     )
                     for r in shard.replicas
                 ),
@@ -326,7 +333,20 @@ class Cluster:
 
     async def stop(self) -> None:
         """Stop proxies, then standbys, then leaders (so no standby takes over just to be
-        stopped); SIGKILL any server that outlives its grace period. Idempotent."""
+        stopped); SIGKILL any server that outlives its grace period. Idempotent. A cancelled
+        caller still gets every server stopped before the cancellation goes on."""
+        stopping = asyncio.ensure_future(self._stop())
+        try:
+            await asyncio.shield(stopping)
+        except asyncio.CancelledError:
+            await asyncio.gather(stopping, return_exceptions=True)
+            raise
+
+    async def _stop(self) -> None:
+        # First the supervisors, so no server stopped below is taken for a crash and restarted.
+        for supervisor in self._supervisors:
+            await supervisor.close()
+        self._supervisors.clear()
         for shard in self.shards:
             for proxy in shard.proxies:
                 await proxy.close()
@@ -345,19 +365,6 @@ class Cluster:
             ClusterState.remove(self.state_dir)
             self._owns_state = False
 
-    async def watch_processes(self, stop: asyncio.Event) -> None:
-        """Until ``stop`` is set: report servers that exit without being asked to."""
-        while not stop.is_set():
-            for replica in self.replicas:
-                if not replica.alive and not replica.reported_exit:
-                    replica.reported_exit = True
-                    self.say(
-                        f"!! {replica.name} (pid {replica.pid}) exited unexpectedly with code "
-                        f"{replica.returncode}; see {replica.log_path}"
-                    )
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), 0.5)
-
     # ------------------------------------------------------------------------------ display
 
     def table(self) -> str:
@@ -365,6 +372,7 @@ class Cluster:
         for shard in self.shards:
             replicas = "  ".join(
                 f"{r.name} pid {r.pid} {'LEADER' if r is shard.leader else ('standby' if r.alive else 'down')}"
+                + _restarted(r.restarts)
                 for r in shard.replicas
             )
             rows.append(
@@ -389,6 +397,10 @@ class Cluster:
                 f"        source {self.tokens_path}",
             ]
         )
+
+
+def _restarted(restarts: int) -> str:
+    return f" (restarted {restarts}x)" if restarts else ""
 
 
 def _grpc_port(replica: Replica) -> int:
@@ -431,12 +443,17 @@ async def _up(options: ClusterOptions) -> int:
         print(f"cronoq cluster up: {error}", file=sys.stderr, flush=True)
         return 1
     print(cluster.summary(), flush=True)
+    restarts = (
+        "a server that dies is started again (it rejoins its shard as a standby)"
+        if options.restart
+        else "a server that dies stays down (--no-restart)"
+    )
     print(
-        f"\ncluster is up: every shard has a leader. `cronoq cluster status --state {cluster.state_dir}`; "
-        "Ctrl-C (or `cronoq cluster down`) stops it.",
+        f"\ncluster is up: every shard has a leader; {restarts}. "
+        f"`cronoq cluster status --state {cluster.state_dir}`; Ctrl-C (or `cronoq cluster down`) stops it.",
         flush=True,
     )
-    await cluster.watch_processes(stop)
+    await stop.wait()  # meanwhile the supervisors report (and restart) servers that die
     print("stopping every server ...", flush=True)
     await cluster.stop()
     print("stopped", flush=True)
@@ -467,7 +484,7 @@ def _status(state_dir: Path) -> int:
     for shard in state.shards:
         cells = []
         for replica in shard.replicas:
-            cells.append(f"{replica.name} pid {replica.pid} {roles[replica.name]}")
+            cells.append(f"{replica.name} pid {replica.pid} {roles[replica.name]}{_restarted(replica.restarts)}")
         if not any(roles[replica.name] == "LEADER" for replica in shard.replicas):
             leaderless.append(shard.name)
         rows.append(
@@ -559,6 +576,12 @@ def _parser() -> argparse.ArgumentParser:
         default=7070,
         help="shard i's gRPC endpoint is BASE+2(i-1), its HTTP endpoint the next port; 0 picks free ports",
     )
+    up.add_argument(
+        "--no-restart",
+        dest="restart",
+        action="store_false",
+        help="leave a server that dies dead (default: start it again, with backoff, as a standby)",
+    )
 
     status = commands.add_parser("status", help="every shard and replica: pid, alive, leader or standby")
     status.add_argument("--state", type=Path, default=DEFAULT_STATE_DIR, help=state_help)
@@ -584,6 +607,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 state=args.state,
                 base_port=args.base_port,
                 schema_prefix=args.schema_prefix,
+                restart=args.restart,
             )
             options.validate()
         except OptionsError as exc:

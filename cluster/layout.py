@@ -82,6 +82,10 @@ class ClusterOptions:
     """``server.shutdown_grace_s``: short, since a local cluster is stopped by hand."""
     server_env: Mapping[str, str] = field(default_factory=dict)
     """Extra environment of the server processes (e.g. ``CRONOQ_LOG``)."""
+    restart: bool = True
+    """Start a replica again (same ports, same store: it rejoins as a standby) when it exits
+    without being asked to, with exponential backoff. Off: a dead replica stays dead, as drills
+    that assert on a killed server need (``cronoq cluster up --no-restart``)."""
 
     def validate(self) -> None:
         problems = []
@@ -154,23 +158,13 @@ def _toml_value(value: int | float) -> str:
     return repr(value)
 
 
-def render_config(
-    options: ClusterOptions,
-    shards: Sequence[ShardPlan],
-    *,
-    grpc_port: int,
-    http_port: int,
-    state_dir: Path,
-    comment: str,
-) -> str:
-    """The TOML every server of the cluster reads; only ``[server]``'s listeners differ between
-    replicas (the server has no flag to override them)."""
+def render_config(options: ClusterOptions, shards: Sequence[ShardPlan], *, state_dir: Path, comment: str) -> str:
+    """The one TOML file every server of the cluster reads. It names no listener addresses: each
+    replica gets its own with ``--grpc-addr`` / ``--http-addr`` (and its shard with ``--shard``)."""
     lines = [f"# {line}" if line else "#" for line in comment.splitlines()]
     lines += [
         "",
         "[server]",
-        f'grpc_addr = "{HOST}:{grpc_port}"',
-        f'http_addr = "{HOST}:{http_port}"',
         f"shutdown_grace_s = {options.shutdown_grace_s!r}",
         "",
     ]

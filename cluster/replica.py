@@ -1,8 +1,11 @@
-"""One ``cronoq-server`` process of a local cluster: its ports, config file, log, start and stop.
+"""One ``cronoq-server`` process of a local cluster: its ports, log, start and stop.
 
-A replica listens on ports of its own (picked free by binding port 0). Between picking a port and
-the server binding it another process may take it; the server then exits with "Address already
-in use", and the replica is started again on new ports.
+Every replica of a cluster reads the same configuration file; its own listeners are given with
+``--grpc-addr`` / ``--http-addr`` and its shard with ``--shard``. A replica listens on ports of
+its own (picked free by binding port 0). Between picking a port and the server binding it another
+process may take it; the server then exits with "Address already in use", and the replica is
+started again on new ports. A restart (see ``supervisor.py``) first tries the ports it had, so
+its address stays the same.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from .layout import HOST
@@ -37,15 +41,14 @@ def free_port() -> int:
 
 
 class Replica:
-    """``render(grpc_port, http_port)`` gives the config text for a pair of listener ports."""
+    """Replica ``index`` of ``shard``, run as ``cronoq-server --config CONFIG --shard SHARD``."""
 
     def __init__(
         self,
         shard: str,
         index: int,
         *,
-        render: Callable[[int, int], str],
-        config_dir: Path,
+        config_path: Path,
         log_dir: Path,
         env: Mapping[str, str],
         fixed_ports: tuple[int, int] | None = None,
@@ -53,8 +56,7 @@ class Replica:
         self.shard = shard
         self.index = index
         self.name = f"{shard}-r{index}"
-        self._render = render
-        self.config_path = config_dir / f"{self.name}.toml"
+        self.config_path = config_path
         self.log_path = log_dir / f"{self.name}.log"
         self._env = dict(env)
         self._fixed_ports = fixed_ports
@@ -64,7 +66,12 @@ class Replica:
         self.proc: subprocess.Popen[bytes] | None = None
         self.start_ticks: int | None = None
         self._log_offset = 0
-        self.reported_exit = False
+        self.spawned_at = 0.0
+        """``time.monotonic()`` when the current process was started."""
+        self.restarts = 0
+        """How many times the supervisor started this replica again after it died."""
+        self.stop_requested = False
+        """Set by ``stop()``: an exit after it is no crash, and the supervisor does not restart."""
 
     @property
     def pid(self) -> int | None:
@@ -92,18 +99,32 @@ class Replica:
         except OSError:
             return ""
 
-    def _spawn(self) -> None:
+    def command(self) -> list[str]:
+        """The server's command line for the current ports."""
+        return [
+            sys.executable, "-m", "cronoq.server.main",
+            "--config", str(self.config_path),
+            "--shard", self.shard,
+            "--grpc-addr", f"{HOST}:{self.grpc_port}",
+            "--http-addr", f"{HOST}:{self.http_port}",
+        ]  # fmt: skip
+
+    def _pick_ports(self) -> None:
         if self._fixed_ports is not None:
             self.grpc_port, self.http_port = self._fixed_ports
-        else:
-            self.grpc_port, self.http_port = free_port(), free_port()
-            while self.http_port == self.grpc_port:
-                self.http_port = free_port()
-        self.config_path.write_text(self._render(self.grpc_port, self.http_port))
-        command = [sys.executable, "-m", "cronoq.server.main", "--config", str(self.config_path), "--shard", self.shard]
+            return
+        self.grpc_port, self.http_port = free_port(), free_port()
+        while self.http_port == self.grpc_port:
+            self.http_port = free_port()
+
+    def _spawn(self) -> None:
+        command = self.command()
         with open(self.log_path, "ab") as log:
             self._log_offset = log.tell()
-            log.write(f"--- starting {self.name}: grpc {HOST}:{self.grpc_port} http {HOST}:{self.http_port}\n".encode())
+            again = f" (restart #{self.restarts})" if self.restarts else ""
+            log.write(
+                f"--- starting {self.name}{again}: grpc {HOST}:{self.grpc_port} http {HOST}:{self.http_port}\n".encode()
+            )
             log.flush()
             # A session of its own: Ctrl-C in the terminal reaches the launcher only, which then
             # stops the servers in order instead of all processes dying at once.
@@ -116,17 +137,22 @@ class Replica:
                 start_new_session=True,
             )
         self.start_ticks = process_start_ticks(self.proc.pid)
-        self.reported_exit = False
+        self.spawned_at = time.monotonic()
 
-    async def start(self, timeout: float = 60.0) -> None:
-        """Start the server and wait until its gRPC listener is bound (as standby or leader)."""
-        for _ in range(PORT_ATTEMPTS):
+    async def start(self, timeout: float = 60.0, *, same_ports: bool = False) -> None:
+        """Start the server and wait until its gRPC listener is bound (as standby or leader).
+
+        ``same_ports``: first try the ports of the previous process (a restart), then new ones."""
+        self.stop_requested = False
+        for attempt in range(PORT_ATTEMPTS):
+            if not (same_ports and attempt == 0 and self.grpc_port and self.http_port):
+                self._pick_ports()
             self._spawn()
             if await self._wait_started(timeout):
                 return
             if _ADDRESS_IN_USE in self._log_since_spawn() and self._fixed_ports is None:
                 continue
-            await self.stop()
+            await self._terminate(timeout=15.0)
             raise ReplicaError(
                 f"{self.name} did not start (exit code {self.returncode}); log {self.log_path}:\n{self.log_tail()}"
             )
@@ -144,12 +170,16 @@ class Replica:
         return False
 
     async def stop(self, timeout: float = 15.0) -> int | None:
-        """SIGTERM, then SIGKILL if the server has not exited after ``timeout`` seconds."""
+        """Stop on purpose (no restart follows): SIGTERM, then SIGKILL if the server has not
+        exited after ``timeout`` seconds."""
+        self.stop_requested = True
+        return await self._terminate(timeout)
+
+    async def _terminate(self, timeout: float) -> int | None:
         proc = self.proc
         if proc is None:
             return None
         if proc.poll() is None:
-            self.reported_exit = True  # an exit we asked for is not news
             proc.send_signal(signal.SIGTERM)
             loop = asyncio.get_running_loop()
             deadline = loop.time() + timeout
@@ -162,6 +192,7 @@ class Replica:
         return proc.returncode
 
     def kill(self) -> None:
-        """SIGKILL at once (chaos drills and tests)."""
+        """SIGKILL at once, as a crash would (chaos drills and tests): the supervisor restarts the
+        replica if the cluster's restarts are on."""
         if self.proc is not None and self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGKILL)

@@ -31,6 +31,8 @@ class ReplicaState:
     grpc_port: int
     http_port: int
     log: str
+    restarts: int = 0
+    """How often the launcher started this replica again after it died."""
 
 
 @dataclass(frozen=True, slots=True)

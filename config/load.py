@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import fields
+from dataclasses import fields, replace
 
 from .auth import AuthConfig, CertSpec, Label, Role, TokenSpec, parse_label
 from .errors import ConfigError
@@ -44,7 +44,10 @@ from .schema import (
 )
 from .validate import issues
 
-__all__ = ["build", "read_text"]
+__all__ = ["LISTENER_KEYS", "build", "read_text"]
+
+LISTENER_KEYS = ("grpc_addr", "http_addr", "metrics_addr")
+"""The ``[server]`` addresses ``listen_overrides`` may replace (``cronoq-server --grpc-addr`` ...)."""
 
 # --------------------------------------------------------------------------------- entry points
 
@@ -68,7 +71,12 @@ def build(
     resolve_env: bool,
     validate: bool,
     source: str | None = None,
+    listen_overrides: Mapping[str, str] | None = None,
 ) -> Config:
+    overrides = dict(listen_overrides or {})
+    unknown = sorted(set(overrides) - set(LISTENER_KEYS))
+    if unknown:
+        raise ValueError(f"listen_overrides only takes {', '.join(LISTENER_KEYS)}, not {', '.join(unknown)}")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -77,7 +85,7 @@ def build(
     reader = _Reader(report, env, resolve_env)
     root = Table(report, data, "")
     config = Config(
-        server=reader.server(root.table("server"), shard_override or None, insecure_no_auth),
+        server=reader.server(root.table("server"), shard_override or None, insecure_no_auth, overrides),
         auth=reader.auth(root.table("auth")),
         store=reader.store(root.table("store")),
         limits=reader.limits(root.table("limits")),
@@ -96,6 +104,16 @@ def build(
 
 
 # ------------------------------------------------------------------------------------- sections
+
+
+def _with_listeners(server: ServerConfig, listeners: Mapping[str, str]) -> ServerConfig:
+    """``server`` with the addresses given on the command line in place of its own."""
+    return replace(
+        server,
+        grpc_addr=listeners.get("grpc_addr", server.grpc_addr),
+        http_addr=listeners.get("http_addr", server.http_addr),
+        metrics_addr=listeners.get("metrics_addr", server.metrics_addr),
+    )
 
 
 _VISIBLE_ASCII = frozenset(chr(code) for code in range(0x21, 0x7F))
@@ -133,10 +151,13 @@ class _Reader:
 
     # [server]
 
-    def server(self, t: Table | None, shard_override: str | None, insecure_flag: bool) -> ServerConfig:
+    def server(
+        self, t: Table | None, shard_override: str | None, insecure_flag: bool, listeners: Mapping[str, str]
+    ) -> ServerConfig:
         base = ServerConfig()
         if t is None:
-            return ServerConfig(shard=shard_override, insecure_no_auth=insecure_flag)
+            # The overrides replace the defaults like file values would, and are validated the same way.
+            return _with_listeners(ServerConfig(shard=shard_override, insecure_no_auth=insecure_flag), listeners)
         tls_table = t.table("tls")
         tls = None
         if tls_table is not None:
@@ -176,7 +197,8 @@ class _Reader:
         if shard_override is not None:
             t.known.append("shard")
         t.finish()
-        return config
+        # The file's values were still read above, so a mistyped one is reported even when overridden.
+        return _with_listeners(config, listeners)
 
     # [auth]
 

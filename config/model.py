@@ -45,6 +45,10 @@ class Config:
         The value of ``--shard`` / ``CRONOQ_SHARD``; replaces ``server.shard``.
     ``insecure_no_auth``
         ``--insecure-no-auth``; the loaded ``server.insecure_no_auth`` is true if either is.
+    ``listen_overrides``
+        ``--grpc-addr`` / ``--http-addr`` / ``--metrics-addr``: ``{"grpc_addr": "127.0.0.1:9000"}``
+        and so on replace those ``[server]`` addresses before validation, so every rule (IP:PORT,
+        loopback only without credentials, no two listeners on one address) applies to them too.
     ``resolve_env``
         ``False`` for ``--check``: variable names are checked but not read, so a configuration
         can be validated where its secrets are not available. Tokens from the environment then
@@ -77,6 +81,7 @@ class Config:
         shard_override: str | None = None,
         insecure_no_auth: bool = False,
         resolve_env: bool = True,
+        listen_overrides: Mapping[str, str] | None = None,
     ) -> Config:
         """Parse and validate TOML text. Raises ``ConfigError`` listing every problem."""
         from .load import build
@@ -87,6 +92,7 @@ class Config:
             shard_override=shard_override,
             insecure_no_auth=insecure_no_auth,
             resolve_env=resolve_env,
+            listen_overrides=listen_overrides,
             validate=True,
         )
 
@@ -99,6 +105,7 @@ class Config:
         shard_override: str | None = None,
         insecure_no_auth: bool = False,
         resolve_env: bool = True,
+        listen_overrides: Mapping[str, str] | None = None,
     ) -> Config:
         """Like ``parse`` but without the semantic checks of ``validate``: only TOML syntax,
         unknown keys, value types, required keys and environment variables are checked."""
@@ -110,6 +117,7 @@ class Config:
             shard_override=shard_override,
             insecure_no_auth=insecure_no_auth,
             resolve_env=resolve_env,
+            listen_overrides=listen_overrides,
             validate=False,
         )
 
@@ -122,6 +130,7 @@ class Config:
         shard_override: str | None = None,
         insecure_no_auth: bool = False,
         resolve_env: bool = True,
+        listen_overrides: Mapping[str, str] | None = None,
     ) -> Config:
         """Read the file at ``path``, then ``parse`` it."""
         from .load import build, read_text
@@ -132,6 +141,7 @@ class Config:
             shard_override=shard_override,
             insecure_no_auth=insecure_no_auth,
             resolve_env=resolve_env,
+            listen_overrides=listen_overrides,
             validate=True,
             source=os.fspath(path),
         )

@@ -257,7 +257,7 @@ async def _start_cluster(state: Path) -> Cluster:
     raise AssertionError("unreachable")
 
 
-async def _demo(state: Path, stop: asyncio.Event) -> None:
+async def _demo(state: Path) -> None:
     cluster = await _start_cluster(state)
     workers: list[Worker] = []
     try:
@@ -268,7 +268,9 @@ async def _demo(state: Path, stop: asyncio.Event) -> None:
         report.worker_redirects = redirects
         print(describe(report, cluster))
         print(serving_help(cluster), flush=True)
-        await cluster.watch_processes(stop)
+        # Serve (the cluster restarts any server that dies) until _main cancels this task on
+        # Ctrl-C, once; the finally below then stops everything.
+        await asyncio.get_running_loop().create_future()
     finally:
         print("\nstopping workers and servers ...", flush=True)
         await stop_workers(workers)
@@ -281,12 +283,12 @@ async def _main() -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    demo = asyncio.ensure_future(_demo(state, stop))
+    demo = asyncio.ensure_future(_demo(state))
     stopping = asyncio.ensure_future(stop.wait())
     try:
         await asyncio.wait({demo, stopping}, return_when=asyncio.FIRST_COMPLETED)
         if not demo.done():
-            demo.cancel()  # Ctrl-C during the flow: _demo's finally still stops everything
+            demo.cancel()  # _demo's finally stops everything
         results = await asyncio.gather(demo, return_exceptions=True)
     finally:
         stopping.cancel()

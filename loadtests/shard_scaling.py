@@ -18,6 +18,10 @@ Cases:
   ``p50_ms`` / ``p99_ms``: acknowledgement latency of ``--latency-samples`` calls made one at a
   time; ``tasks_per_s``: ``--single-tasks`` calls, 32 in flight.
 
+* ``grpc_hop_floor``: the same client calling a trivial grpc-aio server directly and through a
+  trivial grpc-aio proxy (``grpc_hop.py``): ``hop_p50_ms`` and ``proxy_cpu_us_per_call`` are what
+  one extra hop costs on this machine before any router code runs.
+
 Without the router in the build, a foreign node refuses with FAILED_PRECONDITION: the scaling
 cases then submit every batch to its owner (reported as ``"router": false``) and the foreign
 case reports the error and is skipped.
@@ -47,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import grpc_hop
 from server_bench import machine_ticks, ms, percentile, process_cpu_s  # the shared /proc accounting
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -200,6 +205,7 @@ async def start_bench(shards: int, args: argparse.Namespace, workdir: Path) -> B
         },
         shutdown_grace_s=0.5,
         server_env={"CRONOQ_LOG": "warning"},
+        restart=False,  # a server that dies must fail the run, not be hidden by a restart
     )
     cluster = Cluster(options, say=lambda text: print(text, file=sys.stderr, flush=True))
     await cluster.start()
@@ -399,6 +405,9 @@ async def main_async(args: argparse.Namespace) -> None:
                 if shards == 2:
                     await case_single_submit(bench, "s2", "single_submit_owner", args, store)
                     await case_single_submit(bench, "s1", "single_submit_foreign", args, store)
+                    # What one bare grpc-aio hop costs here, for reading the forwarding figures.
+                    floor = await grpc_hop.measure(args.latency_samples, args.single_tasks)
+                    emit(case="grpc_hop_floor", shards=2, store="none", p50_ms=floor["proxied_p50_ms"], **floor)
             except Exception as exc:
                 emit(
                     case="submit_batch_round_robin",

@@ -1,10 +1,13 @@
 """``cronoq-server``: run one shard of the scheduler behind gRPC, or check a configuration.
 
-    cronoq-server [--config PATH] [--shard NAME] [--insecure-no-auth]
-    cronoq-server [--config PATH] --check
+    cronoq-server [--config PATH] [--shard NAME] [--grpc-addr IP:PORT] [--http-addr IP:PORT]
+                  [--metrics-addr IP:PORT] [--insecure-no-auth]
+    cronoq-server [--config PATH] [...] --check
     cronoq-server --print-proto
 
 The configuration path also comes from ``CRONOQ_CONFIG`` and the shard from ``CRONOQ_SHARD``.
+The address flags replace ``[server]`` grpc_addr / http_addr / metrics_addr, so replicas of one
+shard can share one file; they are validated like the file's values.
 Without a configuration the server runs one ``default`` pool in memory on loopback listeners
 with authentication off. The log level comes from ``CRONOQ_LOG`` (default ``info``).
 """
@@ -26,6 +29,18 @@ __all__ = ["main"]
 log = logging.getLogger("cronoq.server")
 
 
+_ADDRESS_FLAGS = {
+    "grpc_addr": "gRPC listener address",
+    "http_addr": "HTTP/JSON gateway address",
+    "metrics_addr": "extra /metrics, /healthz, /readyz listener address",
+}
+"""``[server]`` keys that have a command-line flag of the same name (``--grpc-addr`` ...)."""
+
+
+def _flag(key: str) -> str:
+    return "--" + key.replace("_", "-")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cronoq-server",
@@ -37,16 +52,46 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--print-proto", action="store_true", help="print the cronoq.v1 .proto API and exit")
     parser.add_argument("--shard", metavar="NAME", default=os.environ.get("CRONOQ_SHARD") or None,
                         help="this server's entry in [[shards]] (default: $CRONOQ_SHARD or server.shard)")
+    for key, what in _ADDRESS_FLAGS.items():
+        parser.add_argument(_flag(key), metavar="IP:PORT", dest=key,
+                            help=f"{what} (overrides server.{key} of the configuration)")
     parser.add_argument("--insecure-no-auth", action="store_true",
                         help="allow non-loopback listeners without any credentials configured")
     return parser
 
 
+def _listen_overrides(args: argparse.Namespace) -> dict[str, str]:
+    return {key: getattr(args, key) for key in _ADDRESS_FLAGS if getattr(args, key) is not None}
+
+
 def _load(args: argparse.Namespace, *, resolve_env: bool) -> Config:
-    options = {"shard_override": args.shard, "insecure_no_auth": args.insecure_no_auth, "resolve_env": resolve_env}
-    if args.config:
-        return Config.load(args.config, **options)
-    return Config.parse("", **options)
+    overrides = _listen_overrides(args)
+    options = {
+        "shard_override": args.shard,
+        "insecure_no_auth": args.insecure_no_auth,
+        "resolve_env": resolve_env,
+        "listen_overrides": overrides,
+    }
+    try:
+        if args.config:
+            return Config.load(args.config, **options)
+        return Config.parse("", **options)
+    except ConfigError as err:
+        raise ConfigError(_name_flags(err.errors, overrides)) from None
+
+
+def _name_flags(problems: list[str], overrides: dict[str, str]) -> list[str]:
+    """Say which problems are about an address given on the command line, not in the file (a
+    type error in the file's own value, which the flag replaced, keeps its plain key path)."""
+    named = []
+    for problem in problems:
+        for key, value in overrides.items():
+            prefix = f"server.{key}:"
+            if problem.startswith(prefix) and value in problem:
+                problem = f"{_flag(key)} (server.{key}):{problem[len(prefix):]}"
+                break
+        named.append(problem)
+    return named
 
 
 def _check(args: argparse.Namespace) -> int:

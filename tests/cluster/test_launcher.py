@@ -105,18 +105,25 @@ def test_up_status_failover_and_down_on_sqlite(tmp_path: Path, launched: list[Up
     first = asyncio.run(_submit_until_accepted(s1.endpoint, client_token, "default"))
     assert first >> 56 == 1
 
-    # SIGKILL s1's leader: the standby takes over once the lease runs out, the proxy follows it,
-    # and a client using the same endpoint is served again.
+    # SIGKILL s1's leader: another replica takes over once the lease runs out, the proxy follows
+    # it, and a client using the same endpoint is served again. The launcher starts the killed
+    # replica again (restarts are on by default) on its old ports; once the dead leader's lease has
+    # run out, the new leader is either the old standby or the restarted replica, whichever claims
+    # the lease first.
     leader = _leader(state, "s1")
     assert leader is not None
     os.kill(leader[1], signal.SIGKILL)
-    up.wait_for(f"{leader[0]} (pid {leader[1]}) exited unexpectedly")
+    up.wait_for(f"{leader[0]} (pid {leader[1]}) exited unexpectedly (killed by SIGKILL)")
+    restarted = up.wait_for(f"{leader[0]} restarted as pid")
+    new_pid = int(restarted.split("restarted as pid ")[1].split()[0])
+    assert new_pid != leader[1]
     wait_until(
-        lambda: (found := _leader(state, "s1")) is not None and found[0] != leader[0],
-        "the standby of s1 to lead",
-        timeout=40,
+        lambda: (found := _leader(up.state_file(), "s1")) is not None and found[1] != leader[1],
+        "a replica of s1 to lead again",
+        timeout=60,
     )
-    up.wait_for("leads now")
+    if not any("leads now" in line for line in up.output):
+        up.wait_for("leads now")
     second = asyncio.run(_submit_until_accepted(s1.endpoint, client_token, "default"))
     assert second >> 56 == 1 and second != first
     # The shard's HTTP endpoint follows the leader too: its /readyz is the new leader's.
@@ -130,8 +137,15 @@ def test_up_status_failover_and_down_on_sqlite(tmp_path: Path, launched: list[Up
 
     assert asyncio.run(get_first()) in ("pending", "ready")  # no worker runs it
 
+    # `status` shows the restarted process (its new pid, recorded in the state file) with its
+    # restart count, and one leader.
     status = cli("status", "--state", str(state_dir))
-    assert status.returncode == 0 and "not running" in status.stdout, status.stdout
+    assert status.returncode == 0, status.stdout + status.stderr
+    row = next(line for line in status.stdout.splitlines() if line.startswith("s1 "))
+    assert re.search(rf"{leader[0]} pid {new_pid} (LEADER|standby) \(restarted 1x\)", row), row
+    assert row.count("LEADER") == 1 and "not running" not in row, row
+    state = up.state_file()
+    assert (leader[0], new_pid) in {(r.name, r.pid) for r in state.shards[0].replicas}
 
     down = cli("down", "--state", str(state_dir))
     assert down.returncode == 0, down.stdout + down.stderr

@@ -25,10 +25,14 @@ def _plans(count: int, base: int = 7070) -> list[ShardPlan]:
 
 def test_the_sqlite_config_is_valid_for_every_shard(tmp_path: Path) -> None:
     options = ClusterOptions(shards=3, replicas=2, state=tmp_path)
-    text = render_config(options, _plans(3), grpc_port=40000, http_port=40001, state_dir=tmp_path, comment="x")
-    for shard in ("s1", "s2", "s3"):
-        config = Config.parse(text, env=TOKENS, shard_override=shard)
-        assert config.server.grpc_addr == "127.0.0.1:40000"
+    text = render_config(options, _plans(3), state_dir=tmp_path, comment="x")
+    # One file for every replica: the listeners come from each replica's --grpc-addr/--http-addr.
+    assert "grpc_addr" not in text and "http_addr" not in text
+    for index, shard in enumerate(("s1", "s2", "s3")):
+        listeners = {"grpc_addr": f"127.0.0.1:{40000 + 2 * index}", "http_addr": f"127.0.0.1:{40001 + 2 * index}"}
+        config = Config.parse(text, env=TOKENS, shard_override=shard, listen_overrides=listeners)
+        assert config.server.grpc_addr == listeners["grpc_addr"]
+        assert config.server.http_addr == listeners["http_addr"]
         assert isinstance(config.store, SqliteStoreConfig)
         assert config.store_namespace() == str(tmp_path / f"{shard}.db")
     config = Config.parse(text, env=TOKENS, shard_override="s3")
@@ -40,7 +44,7 @@ def test_the_sqlite_config_is_valid_for_every_shard(tmp_path: Path) -> None:
 
 def test_the_postgres_config_uses_one_schema_per_shard(tmp_path: Path) -> None:
     options = ClusterOptions(shards=2, dsn="postgresql://u@127.0.0.1/db", schema_prefix="t1_", state=tmp_path)
-    text = render_config(options, _plans(2), grpc_port=1, http_port=2, state_dir=tmp_path, comment="")
+    text = render_config(options, _plans(2), state_dir=tmp_path, comment="")
     assert "postgresql://" not in text  # the URL reaches the servers through their environment only
     config = Config.parse(text, env={**TOKENS, "DATABASE_URL": "postgresql://u@127.0.0.1/db"}, shard_override="s2")
     assert isinstance(config.store, PostgresStoreConfig)
