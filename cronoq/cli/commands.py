@@ -7,6 +7,7 @@ returns the exit code; failed calls are raised as ``CliError`` by ``call``.
 from __future__ import annotations
 
 import argparse
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -27,6 +28,10 @@ CALL_TIMEOUT_S = 60.0
 WAIT_MARGIN_S = 10.0
 # Without --timeout, ``wait`` asks for this long at a time (the server caps it at max_wait_s).
 WAIT_STEP_S = 300.0
+# While a watch leaves out shards that could not be asked, how often to check whether they are
+# back (doubling, up to the maximum, while the check says so but the stream still leaves them out).
+REJOIN_PROBE_S = 5.0
+REJOIN_PROBE_MAX_S = 60.0
 
 Command = Callable[[argparse.Namespace, Connection, Out], Exit]
 
@@ -295,12 +300,75 @@ def snapshot(args: argparse.Namespace, conn: Connection, out: Out) -> Exit:
 # ===================================================================================== watch
 
 
+def stream_left_out(stream: Any) -> list[str]:
+    """The shards a Watch stream does not carry: the server names them in its initial metadata.
+    Waits for that metadata (our servers send it as soon as the subscription is in place)."""
+    names: set[str] = set()
+    for key, value in stream.initial_metadata() or ():
+        if key.lower() == UNAVAILABLE_SHARDS_KEY and isinstance(value, str):
+            names.update(name.strip() for name in value.split(",") if name.strip())
+    return sorted(names)
+
+
+class ShardsBack:
+    """Cancels a Watch stream that leaves out shards as soon as one of them answers again, so the
+    stream can be opened again with it: every ``every`` seconds a one-task listing (same role as
+    Watch) names the shards it could not ask."""
+
+    def __init__(self, conn: Connection, pools: Sequence[str], stream: Any, missing: Sequence[str],
+                 every: float) -> None:  # fmt: skip
+        self.conn = conn
+        self.request = pb.ListTasksRequest(pools=pools, limit=1)
+        self.stream = stream
+        self.missing = set(missing)
+        self.every = every
+        self.fired = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cronoq-watch-rejoin", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            try:
+                page = self.conn.tasks.ListTasks(self.request, metadata=self.conn.metadata, timeout=CALL_TIMEOUT_S)
+            except grpc.RpcError:
+                continue  # the stream itself reports a server that went away
+            if self.missing - set(page.unavailable_shards):
+                self.fired = True
+                self.stream.cancel()
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
 def watch(args: argparse.Namespace, conn: Connection, out: Out) -> Exit:
-    """Print events until Ctrl-C; after dropped events (a slow reader) the stream is opened again."""
+    """Print events until Ctrl-C. After dropped events (a slow reader) the stream is opened again;
+    so it is when a shard fails under an open stream (the rest keep coming, the missing shard is
+    named on standard error) and when a shard the stream left out answers again."""
     request = pb.WatchRequest(pools=_pools(args.pool), all_transitions=args.all)
+    left_out: list[str] = []
+    probe_every = REJOIN_PROBE_S
     while True:
         stream = conn.tasks.Watch(request, metadata=conn.metadata)
+        probe: ShardsBack | None = None
+        established = False
         try:
+            missing = stream_left_out(stream)
+            established = not stream.done()
+            if established and missing != left_out:
+                if missing:
+                    shown = ", ".join(out.safe(name) for name in missing)
+                    out.warn(f"shards not reachable: {shown}; their events are not shown until they answer again")
+                if back := [name for name in left_out if name not in missing]:
+                    out.note(f"shards back: {', '.join(out.safe(name) for name in back)}; their events follow")
+                probe_every = REJOIN_PROBE_S
+            elif established and missing:
+                probe_every = min(probe_every * 2, REJOIN_PROBE_MAX_S)  # the listing saw them, Watch did not
+            if established:
+                left_out = missing
+            if established and missing:
+                probe = ShardsBack(conn, request.pools, stream, missing, probe_every)
             for event in stream:
                 if args.output == "json":
                     out.json(render.event_json(event))
@@ -308,13 +376,23 @@ def watch(args: argparse.Namespace, conn: Connection, out: Out) -> Exit:
                     out.line(render.event_line(event, out.safe))
         except grpc.RpcError as e:
             code, details = rpc_status(e)
+            if probe is not None and probe.fired:
+                continue  # cancelled to take in a shard that answers again
             if code == grpc.StatusCode.DATA_LOSS:
                 out.warn(f"events were dropped ({details}); watching again")
+                continue
+            if code == grpc.StatusCode.UNAVAILABLE and established:
+                # One shard behind a working stream failed; a server that is gone fails the next open.
+                out.warn(f"the event stream broke ({details}); watching again")
+                time.sleep(0.5)  # no busy loop against a node that keeps breaking streams
                 continue
             raise from_rpc(e, "watch") from None
         except KeyboardInterrupt:
             stream.cancel()
             return Exit.OK
+        finally:
+            if probe is not None:
+                probe.stop()
         raise CliError(Exit.UNAVAILABLE, "watch: the server ended the stream")
 
 

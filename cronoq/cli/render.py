@@ -1,8 +1,8 @@
 """How each answer of the server is shown: tables for people, and ``-o json`` shaped like the HTTP API.
 
-The JSON shapes are the HTTP gateway's own encoders (``cronoq.server.http``), imported only when
-JSON is asked for, so the CLI prints exactly what ``curl`` would get. Watch has no HTTP route; its
-events use the same conventions (ids and ``*_unix_ns`` as strings).
+The JSON shapes are the HTTP gateway's own encoders (``cronoq.server.json_shapes``, which needs
+neither aiohttp nor the engine), so the CLI prints exactly what ``curl`` would get. Watch has no
+HTTP route; its events use the same conventions (ids and ``*_unix_ns`` as strings).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from cronoq.proto import cronoq_pb2 as pb
+from cronoq.server import json_shapes as shapes
 
 from . import tables
-from .exits import CliError, Exit
 from .tables import NS_PER_S
 
 Safe = Callable[[str], str]
@@ -74,51 +74,19 @@ def _optional_time(message: Any, field: str) -> str:
 # ========================================================================================== JSON
 
 
-def _http() -> Any:
-    try:
-        from cronoq.server import http  # heavy (aiohttp); only -o json needs it
-    except ImportError as e:
-        raise CliError(Exit.ERROR, f"-o json needs the HTTP gateway's encoders, which need aiohttp: {e}") from None
-    return http
-
-
 def task_info_json(m: pb.TaskInfo, unavailable: Sequence[str] = ()) -> dict[str, Any]:
-    out: dict[str, Any] = _http().task_info_json(m)
-    if unavailable:
-        out["unavailable_shards"] = list(unavailable)
-    return out
+    return shapes.with_unavailable_shards(shapes.task_info_json(m), unavailable)
 
 
 def result_json(m: pb.TaskResult, unavailable: Sequence[str] = ()) -> dict[str, Any]:
-    out: dict[str, Any] = _http().result_json(m)
-    if unavailable:
-        out["unavailable_shards"] = list(unavailable)
-    return out
+    return shapes.with_unavailable_shards(shapes.result_json(m), unavailable)
 
 
-def submit_json(m: pb.SubmitResponse) -> dict[str, Any]:
-    out: dict[str, Any] = _http().submit_json(m)
-    return out
-
-
-def list_json(m: pb.ListTasksResponse) -> dict[str, Any]:
-    out: dict[str, Any] = _http().list_json(m)
-    return out
-
-
-def snapshot_json(m: pb.SnapshotResponse) -> dict[str, Any]:
-    out: dict[str, Any] = _http().snapshot_json(m)
-    return out
-
-
-def workers_json(m: pb.ListWorkersResponse) -> dict[str, Any]:
-    out: dict[str, Any] = _http().workers_json(m)
-    return out
-
-
-def recurring_json(m: pb.ListRecurringResponse) -> dict[str, Any]:
-    out: dict[str, Any] = _http().recurring_json(m)
-    return out
+submit_json = shapes.submit_json
+list_json = shapes.list_json
+snapshot_json = shapes.snapshot_json
+workers_json = shapes.workers_json
+recurring_json = shapes.recurring_json
 
 
 def event_json(m: pb.StatusEvent) -> dict[str, Any]:
@@ -127,7 +95,7 @@ def event_json(m: pb.StatusEvent) -> dict[str, Any]:
         "pool": m.pool,
         "status": status_name(m.status),
         "attempt": m.attempt,
-        "at_unix_ns": str(m.at_unix_ns),
+        "at_unix_ns": shapes.ns_text(m.at_unix_ns),
     }
     if m.key:
         out["key"] = m.key

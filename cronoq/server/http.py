@@ -3,8 +3,9 @@ and health probes over HTTP/1.1.
 
 Each request is turned into the same ``cronoq.v1`` request message a gRPC caller would send and
 handed to the transport-independent handlers of ``cronoq.server.api``; their protobuf answers
-are turned into JSON here. JSON is converted exactly once on the way in and once on the way
-out, and nothing in this module decides scheduling questions.
+are turned into JSON by ``cronoq.server.json_shapes`` (which the command line shares for ``-o
+json``). JSON is converted exactly once on the way in and once on the way out, and nothing in
+this module decides scheduling questions.
 
 What the gateway itself enforces, in this order, before a handler runs:
 
@@ -41,7 +42,7 @@ import math
 import re
 import socket
 import ssl
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 from urllib.parse import unquote
@@ -56,6 +57,21 @@ from . import openapi
 from .api import Api
 from .auth import Authenticator, Principal
 from .errors import NOT_LEADER_MESSAGE, ApiError, Code, from_exception
+from .json_shapes import (
+    EDGE_CONDS,
+    MISS_POLICIES,
+    PRIORITIES,
+    STATUSES,
+    list_json,
+    recurring_json,
+    refuse_constants,
+    result_json,
+    snapshot_json,
+    submit_json,
+    task_info_json,
+    with_unavailable_shards,
+    workers_json,
+)
 
 __all__ = ["METRICS_ROUTES", "ROUTES", "HttpError", "HttpGateway", "ListenError", "Route", "start_http"]
 
@@ -157,10 +173,6 @@ def _bad(message: str) -> NoReturn:
 # ================================================================================ JSON: decoding
 
 
-def _no_constants(name: str) -> NoReturn:
-    raise ValueError(f"{name} is not valid JSON")
-
-
 def _unique_names(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out = dict(pairs)
     if len(out) != len(pairs):
@@ -179,7 +191,7 @@ def parse_json(data: bytes) -> Any:
     except UnicodeDecodeError:
         _bad("the request body is not valid UTF-8")
     try:
-        return json.loads(text, parse_constant=_no_constants, object_pairs_hook=_unique_names)
+        return json.loads(text, parse_constant=refuse_constants, object_pairs_hook=_unique_names)
     except RecursionError:
         _bad("malformed JSON: nested too deeply")
     except ValueError as exc:
@@ -287,22 +299,6 @@ class _Fields:
         if self._left:
             names = ", ".join(sorted(repr(name) for name in self._left))
             _bad(f"unknown field{'s' if len(self._left) > 1 else ''} {names} in {self.what}")
-
-
-def _names(enum: Any, prefix: str) -> dict[str, int]:
-    """Lower-case JSON names of a protobuf enum (without its UNSPECIFIED value)."""
-    return {name[len(prefix) :].lower(): number for name, number in enum.items() if number}
-
-
-PRIORITIES = _names(pb.Priority, "PRIORITY_")
-STATUSES = _names(pb.TaskStatus, "TASK_STATUS_")
-MISS_POLICIES = _names(pb.MissPolicy, "MISS_POLICY_")
-EDGE_CONDS = _names(pb.EdgeCond, "EDGE_COND_")
-OVERLAPS = _names(pb.Overlap, "OVERLAP_")
-
-_PRIORITY_OUT = {number: name for name, number in PRIORITIES.items()} | {pb.PRIORITY_UNSPECIFIED: "normal"}
-_STATUS_OUT = {number: name for name, number in STATUSES.items()}
-_OVERLAP_OUT = {number: name for name, number in OVERLAPS.items()} | {pb.OVERLAP_UNSPECIFIED: "skip"}
 
 
 def _choice(value: Any, names: Mapping[str, int], what: str) -> int:
@@ -465,157 +461,7 @@ def batch_request(value: Any, max_tasks: int) -> pb.SubmitBatchRequest:
 
 
 # ================================================================================ JSON: encoding
-
-
-def _ns(value: int) -> str:
-    return str(value)
-
-
-def output_json(data: bytes) -> tuple[bool, Any]:
-    """``(True, value)`` when a task's output bytes are a JSON document."""
-    if not data:
-        return False, None
-    try:
-        return True, json.loads(data.decode("utf-8"), parse_constant=_no_constants)
-    except (ValueError, RecursionError):
-        return False, None
-
-
-def task_info_json(m: pb.TaskInfo) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "id": str(m.id),
-        "status": _STATUS_OUT.get(m.status, "unspecified"),
-        "pool": m.pool,
-        "kind": m.kind,
-        "priority": _PRIORITY_OUT.get(m.priority, "normal"),
-        "attempt": m.attempt,
-        "max_attempts": m.max_attempts,
-        "output_available": m.output_available,
-    }
-    if m.key:
-        out["key"] = m.key
-    if m.tenant:
-        out["tenant"] = m.tenant
-    if m.message:
-        out["message"] = m.message
-    for name in ("created_unix_ns", "started_unix_ns", "finished_unix_ns"):
-        if m.HasField(name):
-            out[name] = _ns(getattr(m, name))
-    return out
-
-
-def result_json(m: pb.TaskResult) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "id": str(m.id),
-        "status": _STATUS_OUT.get(m.status, "unspecified"),
-        "output_available": m.output_available,
-    }
-    if m.HasField("output"):
-        is_json, value = output_json(m.output)
-        if is_json:
-            out["output"] = value
-        out["output_b64"] = base64.b64encode(m.output).decode("ascii")
-    if m.message:
-        out["message"] = m.message
-    return out
-
-
-def submit_json(m: pb.SubmitResponse) -> dict[str, Any]:
-    out: dict[str, Any] = {"id": str(m.id), "duplicate": m.duplicate}
-    if m.HasField("result"):
-        out["result"] = result_json(m.result)
-    return out
-
-
-def _shards(out: dict[str, Any], shards: Iterable[str], *, always: bool = False) -> dict[str, Any]:
-    names = list(shards)
-    if names or always:
-        out["unavailable_shards"] = names
-    return out
-
-
-def list_json(m: pb.ListTasksResponse) -> dict[str, Any]:
-    out: dict[str, Any] = {"tasks": [task_info_json(info) for info in m.tasks]}
-    if m.next_after:
-        out["next_after"] = str(m.next_after)
-    return _shards(out, m.unavailable_shards)
-
-
-def snapshot_json(m: pb.SnapshotResponse) -> dict[str, Any]:
-    pools = []
-    for pool in m.pools:
-        pools.append({
-            "name": pool.name,
-            "capacity": pool.capacity,
-            "busy": pool.busy,
-            "held": pool.held,
-            "desired": pool.desired,
-            "pending": sum(pool.pending_by_class),
-            "pending_by_class": list(pool.pending_by_class),
-            "reservations": pool.reservations,
-            "dispatched": pool.dispatched,
-            "succeeded": pool.succeeded,
-            "failed": pool.failed,
-            "priority_adherence": pool.priority_adherence,
-            "fixed_start_hit_rate": pool.fixed_start_hit_rate,
-            "utilization": pool.utilization,
-            "schedule_efficiency": pool.schedule_efficiency,
-            "wait_p50_s": pool.wait_p50_s,
-            "wait_p90_s": pool.wait_p90_s,
-            "wait_p99_s": pool.wait_p99_s,
-            "cost": pool.cost,
-            "workers_connected": pool.workers_connected,
-            "groups": [
-                {"labels": dict(group.labels), "capacity": group.capacity, "busy": group.busy}
-                for group in pool.groups
-            ],
-        })
-    totals = {field.name: getattr(m.totals, field.name) for field in m.totals.DESCRIPTOR.fields}
-    out: dict[str, Any] = {
-        "live_tasks": m.live_tasks,
-        "running": m.running,
-        "pending": m.pending,
-        "workers_connected": m.workers_connected,
-        "pools": pools,
-        "totals": totals,
-    }
-    return _shards(out, m.unavailable_shards, always=True)
-
-
-def workers_json(m: pb.ListWorkersResponse) -> dict[str, Any]:
-    workers = [
-        {
-            "id": str(worker.id),
-            "name": worker.name,
-            "pool": worker.pool,
-            "labels": dict(worker.labels),
-            "slots": worker.slots,
-            "busy": worker.busy,
-            "connected_unix_ns": _ns(worker.connected_unix_ns),
-        }
-        for worker in m.workers
-    ]
-    return _shards({"workers": workers}, m.unavailable_shards)
-
-
-def recurring_json(m: pb.ListRecurringResponse) -> dict[str, Any]:
-    schedules = []
-    for info in m.schedules:
-        item: dict[str, Any] = {
-            "name": info.name,
-            "cron": info.cron,
-            "pool": info.pool,
-            "kind": info.kind,
-            "overlap": _OVERLAP_OUT.get(info.overlap, "skip"),
-        }
-        if info.tz:
-            item["tz"] = info.tz
-        if info.HasField("next_unix_ns"):
-            item["next_unix_ns"] = _ns(info.next_unix_ns)
-        if info.HasField("last_task_id"):
-            item["last_task_id"] = str(info.last_task_id)
-        schedules.append(item)
-    return _shards({"schedules": schedules}, m.unavailable_shards)
+# The answers' shapes are in ``json_shapes`` (shared with the command line); this is the HTTP side.
 
 
 def _dumps(value: Any) -> bytes:
@@ -839,7 +685,7 @@ class _Gateway:
     async def get_task(self, request: web.BaseRequest, principal: Principal, params: dict[str, str]) -> web.Response:
         with collect_unavailable() as missing:
             info = await self.router.get(principal, pb.GetRequest(task=self._ref(params)))
-        return json_response(_shards(task_info_json(info), missing))
+        return json_response(with_unavailable_shards(task_info_json(info), missing))
 
     async def cancel_task(self, request: web.BaseRequest, principal: Principal,
                           params: dict[str, str]) -> web.Response:  # fmt: skip
@@ -857,7 +703,7 @@ class _Gateway:
             message.timeout_s = seconds
         with collect_unavailable() as missing:
             result = await self.router.wait(principal, message)
-        return json_response(_shards(result_json(result), missing))
+        return json_response(with_unavailable_shards(result_json(result), missing))
 
     # ----------------------------------------------------------------------------- Admin
 

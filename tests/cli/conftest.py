@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,9 +50,9 @@ name = "watched"
 class EchoWorker:
     """The test worker (``worker_child.py``) in a process of its own."""
 
-    def __init__(self, address: str, pool: str = "default") -> None:
+    def __init__(self, address: str, pool: str = "default", name: str = WORKER_NAME) -> None:
         script = Path(__file__).with_name("worker_child.py")
-        self.proc = subprocess.Popen([sys.executable, str(script), address, pool, WORKER_TOKEN, WORKER_NAME],
+        self.proc = subprocess.Popen([sys.executable, str(script), address, pool, WORKER_TOKEN, name],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)  # fmt: skip
 
     def start(self) -> EchoWorker:
@@ -73,6 +74,33 @@ class EchoWorker:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(5)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def shard_config(shard: str, grpc_ports: Mapping[str, int], pools: Mapping[str, Sequence[str]]) -> str:
+    """The configuration of server ``shard`` of a cluster with one shard per entry of ``pools``
+    (shard name -> its pools, numbered from 1 in that order), each at ``127.0.0.1:grpc_ports[name]``."""
+    shards = "".join(
+        f'\n[[shards]]\nname = "{name}"\nnumber = {number}\npools = {json.dumps(list(names))}\n'
+        f'endpoint = "http://127.0.0.1:{grpc_ports[name]}"\n'
+        for number, (name, names) in enumerate(pools.items(), start=1)
+    )
+    every_pool = "".join(f'\n[[pools]]\nname = "{name}"\n' for names in pools.values() for name in names)
+    return f"""
+[server]
+grpc_addr = "127.0.0.1:{grpc_ports[shard]}"
+http_addr = "127.0.0.1:{free_port()}"
+shard = "{shard}"
+shutdown_grace_s = 0.5
+{TOKENS_TOML}
+{shards}
+{every_pool}
+"""
 
 
 @pytest.fixture(scope="session")

@@ -234,3 +234,15 @@ def test_cluster_hands_its_arguments_to_the_launcher(cli: Cli) -> None:
         assert done.returncode == Exit.ERROR and b"launcher is not available" in done.stderr
     else:
         assert done.returncode == 0 and b"up" in done.stdout
+
+
+def test_help_documents_every_exit_code(cli: Cli) -> None:
+    codes = {code.value for code in Exit}
+    assert len(codes) == len(Exit)  # one number per outcome
+    for args in (("--help",), ("submit", "--help"), ("top", "--help")):
+        shown = cli(*args, token=None)
+        assert shown.returncode == Exit.OK, shown.stderr
+        text = shown.stdout.decode()
+        documented = {int(line.split()[0]) for line in text.split("exit codes:")[1].splitlines() if line.strip()}
+        assert documented == codes, (args, text)
+    assert cli(token=None).returncode == Exit.USAGE  # no command at all

@@ -4,6 +4,7 @@ It serves the pool with four slots and decides what to do from the payload:
 
 * ``{"fail": "why"}`` fails the task for good with that message;
 * ``{"hold": "name"}`` runs until the line ``release name`` arrives on standard input;
+* ``{"sleep": seconds}`` runs that long, then echoes the payload;
 * anything else is echoed back byte for byte as the output.
 
 It prints ``registered`` once the server has accepted it. (A process of its own, because a test
@@ -39,6 +40,8 @@ async def main(target: str, pool: str, token: str, name: str) -> None:
             key = str(request["hold"])
             await hold(key).wait()
             return f"released {key}".encode()
+        if isinstance(request, dict) and "sleep" in request:
+            await asyncio.sleep(float(request["sleep"]))
         return lease.payload
 
     def read_commands() -> None:

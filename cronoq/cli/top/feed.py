@@ -4,6 +4,11 @@ Each pane keeps its last good answer or the error of its last attempt, so a pane
 token lacks, or a server that is changing leaders, shows why it is empty while the other panes
 keep working; the next successful refresh replaces the error. The event stream reconnects by
 itself with a growing pause.
+
+On a sharded cluster the server merges every shard's events into one stream; a shard that cannot
+be asked when the stream opens is left out of it (and named in its initial metadata). Such a
+stream would never include that shard again, so once the listings show the shard answering,
+the feed opens the stream again.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import grpc
 
 from cronoq.proto import cronoq_pb2 as pb
 
+from ..commands import stream_left_out
 from ..connection import Connection
 from ..exits import rpc_status
 
@@ -25,6 +31,8 @@ EVENTS_KEPT = 200
 WAITING_STATUSES = (pb.TASK_STATUS_READY, pb.TASK_STATUS_RETRYING, pb.TASK_STATUS_SCHEDULED, pb.TASK_STATUS_BLOCKED)
 RECONNECT_MIN_S = 0.2
 RECONNECT_MAX_S = 5.0
+REJOIN_EVERY_S = 5.0
+"""Least time between two reopenings of the event stream to take in a shard that is back."""
 
 T = TypeVar("T")
 
@@ -61,6 +69,9 @@ class View:
     refreshed_at: float | None
     events_connected: bool
     unavailable_shards: list[str] = field(default_factory=list)
+    """Shards some pane could not ask: missing from a listing or from the event stream."""
+    events_missing: list[str] = field(default_factory=list)
+    """Shards whose events the current stream does not carry."""
 
 
 class Feed:
@@ -79,7 +90,11 @@ class Feed:
         self.events: Pane[list[pb.StatusEvent]] = Pane("client", data=[])
         self._events: deque[pb.StatusEvent] = deque(maxlen=EVENTS_KEPT)
         self.events_connected = False
+        self.events_missing: list[str] = []
+        self.tasks_missing: list[str] = []
         self.refreshed_at: float | None = None
+        self._rejoining = False
+        self._rejoined_at = 0.0
         self.refresh_now = threading.Event()
         self.stopping = threading.Event()
         self._watch_wake = threading.Event()
@@ -116,6 +131,10 @@ class Feed:
             for pane in (self.snapshot, self.workers, self.schedules):
                 if pane.data is not None:
                     shards.update(pane.data.unavailable_shards)
+            if self.tasks.data is not None:
+                shards.update(self.tasks_missing)
+            if self.events_connected:
+                shards.update(self.events_missing)
             return View(
                 snapshot=Pane(self.snapshot.role, self.snapshot.data, self.snapshot.error),
                 workers=Pane(self.workers.role, self.workers.data, self.workers.error),
@@ -125,6 +144,7 @@ class Feed:
                 refreshed_at=self.refreshed_at,
                 events_connected=self.events_connected,
                 unavailable_shards=sorted(shards),
+                events_missing=list(self.events_missing) if self.events_connected else [],
             )
 
     # --- polling
@@ -137,20 +157,39 @@ class Feed:
 
     def _poll_once(self) -> None:
         empty = pb.Empty()
-        self._fetch(self.snapshot, lambda: self._unary(self.conn.admin.Snapshot, empty))
-        self._fetch(self.workers, lambda: self._unary(self.conn.admin.ListWorkers, empty))
-        self._fetch(self.schedules, lambda: self._unary(self.conn.admin.ListRecurring, empty))
-        self._fetch(self.tasks, self._live_tasks)
+        # The shards each listing that answered could not ask; a shard absent from one of them answers.
+        answered: list[set[str]] = []
+        for pane, method in ((self.snapshot, self.conn.admin.Snapshot), (self.workers, self.conn.admin.ListWorkers),
+                             (self.schedules, self.conn.admin.ListRecurring)):  # fmt: skip
+            data = self._fetch(pane, lambda method=method: self._unary(method, empty))
+            if data is not None:
+                answered.append(set(data.unavailable_shards))
+        if self._fetch(self.tasks, self._live_tasks) is not None:
+            answered.append(set(self.tasks_missing))
         with self.lock:
             self.refreshed_at = time.time()
             self.version += 1
+        self._rejoin_shards_back(answered)
+
+    def _rejoin_shards_back(self, answered: list[set[str]]) -> None:
+        """Reopen the event stream when a shard it left out answers the listings again."""
+        with self.lock:
+            missing = set(self.events_missing) if self.events_connected else set()
+            back = any(missing - unavailable for unavailable in answered)
+            stream = self._stream
+            if not back or stream is None or time.monotonic() - self._rejoined_at < REJOIN_EVERY_S:
+                return
+            self._rejoining = True
+            self._rejoined_at = time.monotonic()
+        stream.cancel()  # the watch thread opens a new stream at once
 
     def _unary(self, method: Any, request: Any) -> Any:
         return method(request, metadata=self.conn.metadata, timeout=self.call_timeout)
 
-    def _fetch(self, pane: Pane[Any], fetch: Any) -> None:
+    def _fetch(self, pane: Pane[Any], fetch: Any) -> Any:
+        """Refresh ``pane``; its new data, or None when the call failed."""
         if self.stopping.is_set():
-            return
+            return None
         try:
             data = fetch()
         except grpc.RpcError as e:
@@ -158,15 +197,17 @@ class Feed:
             with self.lock:
                 pane.error = error
                 self.version += 1
-            return
+            return None
         with self.lock:
             pane.data = data
             pane.error = None
             self.version += 1
+        return data
 
     def _live_tasks(self) -> list[pb.TaskInfo]:
         """Running tasks first, then waiting ones, at most ``task_limit`` in all."""
         found: list[pb.TaskInfo] = []
+        missing: set[str] = set()
         for statuses in ((pb.TASK_STATUS_RUNNING,), WAITING_STATUSES):
             after = 0
             while len(found) < self.task_limit:
@@ -175,9 +216,12 @@ class Feed:
                 )
                 page = self._unary(self.conn.tasks.ListTasks, request)
                 found.extend(page.tasks)
+                missing.update(page.unavailable_shards)
                 if not page.next_after:
                     break
                 after = page.next_after
+        with self.lock:
+            self.tasks_missing = sorted(missing)
         return found[: self.task_limit]
 
     # --- events
@@ -189,12 +233,14 @@ class Feed:
             error: str | None = None
             try:
                 stream = self.conn.tasks.Watch(request, metadata=self.conn.metadata)
-                self._stream = stream
+                with self.lock:
+                    self._stream = stream
+                    self._rejoining = False
                 if self.stopping.is_set():
                     stream.cancel()
                 if self._still_open(stream):
                     # Refusals (role, leader) end the call at once; one still open is connected.
-                    self._set_events_state(connected=True, error=None)
+                    self._set_events_state(connected=True, error=None, missing=stream_left_out(stream))
                 for event in stream:
                     pause = RECONNECT_MIN_S  # the stream works: reconnect quickly if it drops later
                     with self.lock:
@@ -204,9 +250,15 @@ class Feed:
             except grpc.RpcError as e:
                 if self.stopping.is_set():
                     return
+                with self.lock:
+                    rejoining, self._rejoining = self._rejoining, False
+                if rejoining:  # cancelled by us to take in a shard that is back: reopen at once
+                    pause = RECONNECT_MIN_S
+                    continue
                 error = describe_error(e, self.events.role)
             finally:
-                self._stream = None
+                with self.lock:
+                    self._stream = None
             self._set_events_state(connected=False, error=error)
             self._watch_wake.clear()
             self._watch_wake.wait(pause)
@@ -219,8 +271,9 @@ class Feed:
             time.sleep(0.05)
         return not stream.done()
 
-    def _set_events_state(self, *, connected: bool, error: str | None) -> None:
+    def _set_events_state(self, *, connected: bool, error: str | None, missing: list[str] | None = None) -> None:
         with self.lock:
             self.events_connected = connected
+            self.events_missing = missing or []
             self.events.error = error
             self.version += 1

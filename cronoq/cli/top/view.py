@@ -146,6 +146,8 @@ def events_pane(view: View) -> Panel:
             _safe(e.message),
         )
     note = "stream connected" if view.events_connected else "stream reconnecting"
+    if view.events_missing:
+        note += f"; no events from {escape_controls(', '.join(view.events_missing))}"
     return _pane("Recent events (newest first)", table, view.events.error, note)
 
 
