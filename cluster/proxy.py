@@ -18,6 +18,7 @@ import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from .background import BackgroundLoop
 from .layout import HOST
 from .probe import http_status
 from .replica import Replica
@@ -52,7 +53,7 @@ class ReplicaRole:
     role: str = "starting"  # "leader", "standby", "down" or "starting"
 
 
-class LeaderWatch:
+class LeaderWatch(BackgroundLoop):
     """Which replica of one shard leads, from their ``/readyz``; ``on_change(old, new)`` is called
     with replica names (or None) whenever that changes."""
 
@@ -64,17 +65,6 @@ class LeaderWatch:
         self.leader: Replica | None = None
         self._on_change = on_change
         self._changed = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.ensure_future(self._run())
-
-    async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
 
     async def _run(self) -> None:
         while True:

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .background import BackgroundLoop
 from .replica import Replica, ReplicaError
 
 __all__ = ["Backoff", "RestartPolicy", "Supervisor", "describe_exit"]
@@ -60,7 +61,7 @@ def describe_exit(returncode: int | None) -> str:
     return f"exit code {returncode}"
 
 
-class Supervisor:
+class Supervisor(BackgroundLoop):
     """Watch one replica until it is stopped on purpose; report each death and, if ``restart``,
     start it again. ``on_restarted`` runs after each successful restart (to record the new pid)."""
 
@@ -78,18 +79,10 @@ class Supervisor:
         self._say = say
         self._on_restarted = on_restarted
         self._backoff = Backoff(policy or RestartPolicy())
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.ensure_future(self._run())
 
     async def close(self) -> None:
         """Stop watching (a restart in progress is abandoned; the caller stops the process)."""
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        await super().close()
 
     async def _run(self) -> None:
         replica = self.replica

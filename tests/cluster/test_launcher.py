@@ -10,7 +10,6 @@ import socket
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,15 +20,6 @@ from cronoq.cluster.tokens import read_tokens
 from cronoq.client import Client, ClientError
 
 from .helpers import ROOT, UpProcess, child_env, cli, wait_until
-
-
-@pytest.fixture
-def launched() -> Iterator[list[UpProcess]]:
-    """Every ``up`` a test starts; all stopped (and their servers killed) afterwards."""
-    started: list[UpProcess] = []
-    yield started
-    for up in started:
-        up.cleanup()
 
 
 def _leader(state: ClusterState, shard: str) -> tuple[str, int] | None:

@@ -5,10 +5,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from cronoq.cluster.launcher import Cluster
 from cronoq.cluster.layout import ClusterOptions
 from cronoq.cluster.probe import http_status, same_process
@@ -85,13 +83,6 @@ async def test_a_killed_replica_comes_back_as_a_standby_and_can_lead(tmp_path: P
     assert not any(replica.alive for replica in cluster.replicas)
     assert not any("exited unexpectedly" in line and "SIGTERM" in line for line in lines)
 
-
-@pytest.fixture
-def launched() -> Iterator[list[UpProcess]]:
-    started: list[UpProcess] = []
-    yield started
-    for up in started:
-        up.cleanup()
 
 
 def test_with_no_restart_a_killed_replica_stays_dead(tmp_path: Path, launched: list[UpProcess]) -> None:
