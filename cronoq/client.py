@@ -14,6 +14,14 @@ handler for every lease it receives. The handler's outcome decides what is repor
 * ``cronoq.Retryable`` fails it retryably (honouring ``retry_after``), ``cronoq.Permanent`` for good,
   any other exception retryably;
 * ``Reject`` hands the lease back unrun, ``CancelTask`` ends the task as cancelled.
+
+OpenTelemetry (when its API is installed; nothing of it is imported otherwise): a ``Client`` call
+made while a span is active sends that span's context (``traceparent`` metadata, through the
+global propagator), so the server links the tasks it admits to the caller's trace. A ``Worker``
+runs each attempt inside a ``cronoq.task`` span (attributes ``task.id``, ``task.pool``,
+``task.kind``, ``task.attempt``; error status when the attempt fails) parented to the lease's
+``traceparent`` tag, on the application's global tracer provider; when the application set none,
+attempts get no span at all.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ import json
 import logging
 import math
 import numbers
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -46,6 +55,7 @@ except ImportError as _missing:  # pragma: no cover - exercised in a subprocess 
     ) from _missing
 
 from cronoq.errors import CronoqError, Permanent, Retryable
+from cronoq.grpc_transport import prefer_poller_endpoints as prefer_poller_endpoints  # workers may opt in
 
 # The generated service module carries no annotations.
 pb_grpc: Any = cronoq_pb2_grpc
@@ -781,20 +791,22 @@ class Lease:
 
     @classmethod
     def _from_pb(cls, m: pb.Lease, default_pool: str) -> Lease:
+        # Built for every lease: positional arguments, and no copy of an empty tag map.
+        tags = m.tags
         return cls(
-            id=m.lease,
-            task_id=m.task_id,
-            attempt=m.attempt,
-            payload=m.payload,
-            content_type=m.content_type,
-            kind=m.kind,
-            key=m.key,
-            tags=dict(m.tags),
-            timeout=m.timeout_s if m.HasField("timeout_s") else None,
-            deadline=_optional_s(m, "deadline_unix_ns"),
-            pool=m.pool or default_pool,
-            priority=_priority_text(m.priority),
-            lease_ttl=m.lease_ttl_s if m.HasField("lease_ttl_s") else None,
+            m.lease,
+            m.task_id,
+            m.attempt,
+            m.payload,
+            m.content_type,
+            m.kind,
+            m.key,
+            dict(tags) if tags else {},
+            m.timeout_s if m.HasField("timeout_s") else None,
+            m.deadline_unix_ns / _NS_PER_S if m.HasField("deadline_unix_ns") else None,
+            m.pool or default_pool,
+            _priority_text(m.priority),
+            m.lease_ttl_s if m.HasField("lease_ttl_s") else None,
         )
 
 
@@ -927,6 +939,63 @@ def _not_a_str(values: Any, what: str) -> None:
         raise TypeError(f"{what} must be a sequence of names, not a single string")
 
 
+# --------------------------------------------------------------------------------- OpenTelemetry
+
+#: The tag (and call metadata) carrying a W3C trace context; the attempt span's name.
+_TRACEPARENT = "traceparent"
+_SPAN_NAME = "cronoq.task"
+
+# ``opentelemetry.trace`` once looked up: a module, or False when the API is not installed. The
+# client never imports the SDK; it uses whatever provider and propagator the application set.
+_otel_trace: Any = None
+_otel_propagate: Any = None
+
+
+def _trace_api() -> Any | None:
+    """``opentelemetry.trace``, or None without the OpenTelemetry API (the import is tried once)."""
+    global _otel_trace
+    if _otel_trace is None:
+        try:
+            from opentelemetry import trace
+        except ImportError:
+            _otel_trace = False
+        else:
+            _otel_trace = trace
+    return _otel_trace or None
+
+
+def _propagate_api() -> Any:
+    """``opentelemetry.propagate`` (imported only once a span or a traced lease needs it)."""
+    global _otel_propagate
+    if _otel_propagate is None:
+        from opentelemetry import propagate
+
+        _otel_propagate = propagate
+    return _otel_propagate
+
+
+def _trace_metadata() -> list[tuple[str, str]]:
+    """The current span's context as call metadata (``traceparent``, ...); empty without a span."""
+    trace = _trace_api()
+    if trace is None or not trace.get_current_span().get_span_context().is_valid:
+        return []
+    carrier: dict[str, str] = {}
+    _propagate_api().inject(carrier)
+    return [(key.lower(), value) for key, value in carrier.items() if isinstance(value, str)]
+
+
+def _attempt_tracer() -> Any | None:
+    """A tracer of the application's tracer provider, or None when it set none (then attempts
+    cost no span at all rather than a non-recording one)."""
+    trace = _trace_api()
+    if trace is None:
+        return None
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
+        return None
+    return provider.get_tracer("cronoq.client")
+
+
 # ---------------------------------------------------------------------------------------- Client
 
 
@@ -983,11 +1052,19 @@ class Client:
         if channel is not None and loop is asyncio.get_running_loop():
             await channel.close()
 
+    def _call_metadata(self) -> tuple[tuple[str, str], ...] | None:
+        """Authorization plus, while an OpenTelemetry span is active, its trace context, so the
+        server links what the call does (e.g. the tasks it admits) to the caller's trace."""
+        traced = _trace_metadata()
+        if not traced:
+            return self._metadata
+        return (*(self._metadata or ()), *traced)
+
     async def _call(self, service: str, method: str, request: Any, timeout: float | None = None) -> Any:
         tasks, admin = self._stubs()
         stub = tasks if service == "tasks" else admin
         try:
-            return await getattr(stub, method)(request, timeout=timeout, metadata=self._metadata)
+            return await getattr(stub, method)(request, timeout=timeout, metadata=self._call_metadata())
         except grpc.aio.AioRpcError as e:
             raise _rpc_error(e) from e
 
@@ -1076,7 +1153,7 @@ class Client:
             pools=list(pools or ()), ids=list(ids or ()), keys=list(keys or ()), all_transitions=all_transitions
         )
         tasks, _ = self._stubs()
-        call = tasks.Watch(request, metadata=self._metadata)
+        call = tasks.Watch(request, metadata=self._call_metadata())
         try:
             while True:
                 try:
@@ -1146,6 +1223,7 @@ class _Running:
     serial: int
     task: asyncio.Task[None] | None = None
     stopped_by: str | None = None
+    error: BaseException | None = None  # what the handler raised, for the attempt's span
 
 
 # Leases due for a heartbeat a little early are beaten now rather than re-arming the timer for
@@ -1221,21 +1299,32 @@ class _Session:
 
     def __init__(self, call: Any, still_running: Callable[[int, int], bool]) -> None:
         self.call = call
-        self.outbox: asyncio.Queue[pb.WorkerMessage | None] = asyncio.Queue()
+        # A plain deque and one wake-up future: an outcome costs an append, and the writer is woken
+        # only when it sleeps on an empty outbox (``None`` in the outbox ends the writes).
+        self.outbox: deque[pb.WorkerMessage | None] = deque()
+        self._writer_idle: asyncio.Future[None] | None = None
         self.registered = False
         self.writes_open = True
         self.cancelled_locally = False
         self.closed = asyncio.Event()
         self.heartbeats = _Heartbeats(asyncio.get_running_loop(), self.send, still_running)
 
+    def _put(self, item: pb.WorkerMessage | None) -> None:
+        self.outbox.append(item)
+        idle = self._writer_idle
+        if idle is not None:
+            self._writer_idle = None
+            if not idle.done():
+                idle.set_result(None)
+
     def send(self, message: pb.WorkerMessage) -> None:
         if self.writes_open:
-            self.outbox.put_nowait(message)
+            self._put(message)
 
     def close_writes(self) -> None:
         if self.writes_open:
             self.writes_open = False
-            self.outbox.put_nowait(None)
+            self._put(None)
 
     def cancel(self) -> None:
         self.cancelled_locally = True
@@ -1244,17 +1333,20 @@ class _Session:
 
     async def write_loop(self) -> None:
         outbox = self.outbox
+        write = self.call.write
+        loop = asyncio.get_running_loop()
         try:
             while True:
-                # Take what is already queued without suspending; wait only on an empty outbox.
-                try:
-                    message = outbox.get_nowait()
-                except asyncio.QueueEmpty:
-                    message = await outbox.get()
+                # Write what is queued back to back; sleep only on an empty outbox.
+                if not outbox:
+                    idle = self._writer_idle = loop.create_future()
+                    await idle
+                    continue
+                message = outbox.popleft()
                 if message is None:
                     await self.call.done_writing()
                     return
-                await self.call.write(message)
+                await write(message)
         except asyncio.CancelledError:
             raise
         except Exception as e:  # the reader sees the stream's final status
@@ -1315,6 +1407,7 @@ class Worker:
         self._serials = itertools.count()
         self._orphans: set[asyncio.Task[None]] = set()
         self._session: _Session | None = None
+        self._tracer: Any = None  # an OpenTelemetry tracer while the application set a provider
         self._active = False
         self._stopping = False
         self._stop_task: asyncio.Task[None] | None = None
@@ -1436,6 +1529,8 @@ class Worker:
             options = [(k, v) for k, v in options if k not in _REDIRECT_ONLY_OPTIONS]
         secure = _wants_tls(target, self._tls, self._credentials)
         channel = _open_channel(target, secure=secure, credentials=self._credentials, options=options)
+        # Looked up per stream: an application may install its tracer provider after creating us.
+        self._tracer = _attempt_tracer()
         try:
             call = pb_grpc.WorkersStub(channel).Work(metadata=_auth_metadata(self._token))
             session = _Session(call, self._still_running)
@@ -1480,10 +1575,10 @@ class Worker:
             if message is grpc.aio.EOF:
                 return _SessionEnd("stream closed by the server", False, False)
             kind = message.WhichOneof("msg")
-            if kind == "registered":
-                self._on_registered(session, message.registered)
-            elif kind == "lease":
+            if kind == "lease":  # nearly every message of a busy stream
                 self._on_lease(session, message.lease)
+            elif kind == "registered":
+                self._on_registered(session, message.registered)
             elif kind == "abort":
                 self._on_abort(message.abort)
             elif kind == "shutdown":
@@ -1520,7 +1615,7 @@ class Worker:
         lease = Lease._from_pb(m, self.pool)
         record = _Running(lease, next(self._serials))
         self._running[lease.id] = record
-        record.task = asyncio.create_task(self._serve_lease(session, record), name=f"cronoq-lease-{lease.id}")
+        record.task = asyncio.create_task(self._serve_lease(session, record))
         period = _heartbeat_interval(lease.lease_ttl, self.lease_ttl)
         if period is not None:
             session.heartbeats.add(lease.id, record.serial, period, len(self._running))
@@ -1560,7 +1655,11 @@ class Worker:
     async def _serve_lease(self, session: _Session, record: _Running) -> None:
         lease = record.lease
         try:
-            reply = await self._outcome(record)
+            tracer = self._tracer
+            if tracer is None:
+                reply = await self._outcome(record)
+            else:
+                reply = await self._traced_outcome(tracer, record)
         finally:
             # Leaving ``_running`` also ends the lease's heartbeats (see ``_Heartbeats``).
             if self._running.get(lease.id) is record:
@@ -1580,18 +1679,23 @@ class Worker:
                 return None
             return self._fail(lease.id, "handler was cancelled", permanent=False)
         except Reject as e:
+            record.error = e
             if (self.server_protocol or 1) >= 2:
                 return pb.WorkerMessage(nack=pb.Nack(lease=lease.id, reason=e.reason))
             return self._fail(lease.id, e.reason, permanent=False)
         except CancelTask as e:
+            record.error = e
             if (self.server_protocol or 1) >= 2:
                 return pb.WorkerMessage(cancelled=pb.Cancelled(lease=lease.id))
             return self._fail(lease.id, str(e) or "cancelled by the handler", permanent=True)
         except Retryable as e:
+            record.error = e
             return self._fail(lease.id, str(e), permanent=False, retry_after=e.retry_after)
         except Permanent as e:
+            record.error = e
             return self._fail(lease.id, str(e), permanent=True)
         except Exception as e:  # any handler failure is reported, not raised
+            record.error = e
             log.debug("handler failed on lease %d", lease.id, exc_info=True)
             return self._fail(lease.id, f"{type(e).__name__}: {e}", permanent=False)
         try:
@@ -1612,6 +1716,45 @@ class Worker:
             complete.output = output
         if content_type:
             complete.content_type = content_type
+        return reply
+
+    async def _traced_outcome(self, tracer: Any, record: _Running) -> pb.WorkerMessage | None:
+        """``_outcome`` inside a ``cronoq.task`` span continuing the submitter's trace.
+
+        The span is the handler's current span (its own spans and outgoing calls join the trace).
+        Its parent is the lease's ``traceparent`` tag; without one it is a root span rather than a
+        child of whatever span was current where the worker was started.
+        """
+        from opentelemetry.context import Context
+        from opentelemetry.trace import SpanKind, Status, StatusCode
+
+        lease = record.lease
+        traceparent = lease.tags.get(_TRACEPARENT)
+        parent = _propagate_api().extract({_TRACEPARENT: traceparent}) if traceparent else Context()
+        attributes: dict[str, str | int] = {
+            "task.id": lease.task_id,
+            "task.pool": lease.pool,
+            "task.kind": lease.kind,
+            "task.attempt": lease.attempt,
+        }
+        with tracer.start_as_current_span(_SPAN_NAME, context=parent, kind=SpanKind.CONSUMER, attributes=attributes,
+                                          record_exception=False, set_status_on_exception=False) as span:  # fmt: skip
+            reply = await self._outcome(record)
+            if record.error is not None:
+                span.record_exception(record.error)
+            if reply is None:
+                span.set_status(Status(StatusCode.ERROR, f"attempt ended: {record.stopped_by or 'no outcome'}"))
+            else:
+                kind = reply.WhichOneof("msg")
+                if kind == "complete":
+                    span.set_status(Status(StatusCode.OK))
+                elif kind == "fail":
+                    span.set_status(Status(StatusCode.ERROR, reply.fail.message))
+                elif kind == "cancelled":
+                    span.set_status(Status(StatusCode.ERROR, "cancelled by the handler"))
+                elif kind == "nack":
+                    # Handed back unrun: not a failure of the task, which runs elsewhere.
+                    span.set_attribute("cronoq.rejected", True)
         return reply
 
     @staticmethod

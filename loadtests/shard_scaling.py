@@ -118,6 +118,9 @@ async def _serve_worker(target: str, pool: str, slots: int) -> None:
 
 
 def worker_main(argv: list[str]) -> None:
+    from cronoq.client import prefer_poller_endpoints
+
+    prefer_poller_endpoints()  # as server_worker.py: a worker tuned for throughput
     target, pool, slots = argv[0], argv[1], int(argv[2])
     run_loop(_serve_worker(target, pool, slots))
 

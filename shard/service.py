@@ -388,20 +388,17 @@ class ShardService:
         return lease_id in session.running
 
     def worker_complete(self, session: WorkerSession, lease_id: int, output: Blob) -> None:
-        if self.workers.lease_owner.get(lease_id) is session:
-            self.workers.release(lease_id)
+        self.workers.release_from(session, lease_id)
         self.driver.post(lambda core, now: core.complete(now, lease_id, Success(output)))
 
     def worker_fail(self, session: WorkerSession, lease_id: int, message: str, permanent: bool,
                     retry_after: int | None) -> None:
-        if self.workers.lease_owner.get(lease_id) is session:
-            self.workers.release(lease_id)
+        self.workers.release_from(session, lease_id)
         outcome = Failure(message, permanent, retry_after)
         self.driver.post(lambda core, now: core.complete(now, lease_id, outcome))
 
     def worker_cancelled(self, session: WorkerSession, lease_id: int) -> None:
-        if self.workers.lease_owner.get(lease_id) is session:
-            self.workers.release(lease_id)
+        self.workers.release_from(session, lease_id)
         outcome = CancelledByExecutor("cancelled by the worker")
         self.driver.post(lambda core, now: core.complete(now, lease_id, outcome))
 

@@ -149,5 +149,14 @@ class WorkerRegistry:
             session.running.pop(lease_id, None)
         return session
 
+    def release_from(self, session: WorkerSession, lease_id: int) -> None:
+        """``session`` reported on the lease: free its slot if the lease is still that session's
+        (one dictionary pop on the usual path, where it is)."""
+        owner = self.lease_owner.pop(lease_id, None)
+        if owner is session:
+            session.running.pop(lease_id, None)
+        elif owner is not None:
+            self.lease_owner[lease_id] = owner  # another session's now (re-offered): leave it
+
     def in_pools(self, pools: set[str] | None) -> list[WorkerSession]:
         return [s for s in self.sessions.values() if pools is None or s.pool in pools]

@@ -321,6 +321,7 @@ class _WorkStream:
         session, context = self.session, self.context
         queue = session.outbound
         write = context.write
+        lease_message = convert.lease_server_message
         while True:
             # Take what is queued without suspending; wait only when the queue is empty. Closing
             # the session wakes a waiting writer (``WorkerSession.close``), so no polling is needed.
@@ -330,8 +331,8 @@ class _WorkStream:
                 if session.closed:
                     return "closed"
                 out = await queue.get()
-            if isinstance(out, LeaseOut):
-                await write(convert.lease_server_message(out.lease))
+            if type(out) is LeaseOut:  # by far the most frequent
+                await write(lease_message(out.lease))
             elif isinstance(out, AbortOut):
                 await write(pb.ServerMessage(abort=pb.Abort(lease=out.lease_id, reason=out.reason)))
             elif isinstance(out, ShutdownOut):
@@ -341,29 +342,35 @@ class _WorkStream:
 
     async def _read(self) -> str:
         service, session, context = self.service, self.session, self.context
+        running = session.running
+        read = context.read
+        eof = grpc.aio.EOF
         while True:
-            message = await context.read()
-            if message is grpc.aio.EOF:
+            message = await read()
+            if message is eof:
                 return "worker closed the stream"
             kind = message.WhichOneof("msg")
-            if kind == "heartbeat":
-                lease = message.heartbeat.lease
-                if lease in session.running:
-                    service.worker_heartbeat(session, lease)
-            elif kind == "complete":
+            # Outcomes and heartbeats first: they are nearly all of a busy stream's traffic.
+            if kind == "complete":
                 done = message.complete
-                if done.lease in session.running:
-                    content_type = convert.sanitize_message(done.content_type)[: convert.MAX_CONTENT_TYPE_LEN]
+                if done.lease in running:
+                    content_type = done.content_type
+                    if content_type:
+                        content_type = convert.sanitize_message(content_type)[: convert.MAX_CONTENT_TYPE_LEN]
                     service.worker_complete(session, done.lease, Blob(bytes(done.output), content_type))
+            elif kind == "heartbeat":
+                lease = message.heartbeat.lease
+                if lease in running:
+                    service.worker_heartbeat(session, lease)
             elif kind == "fail":
                 fail = message.fail
-                if fail.lease in session.running:
+                if fail.lease in running:
                     retry_after = _retry_after(fail)
                     service.worker_fail(session, fail.lease, convert.sanitize_message(fail.message), fail.permanent,
                                         retry_after)  # fmt: skip
             elif kind == "cancelled":
                 lease = message.cancelled.lease
-                if lease in session.running:
+                if lease in running:
                     service.worker_cancelled(session, lease)
             elif kind == "nack":
                 service.worker_nack(session, message.nack.lease, convert.sanitize_message(message.nack.reason))

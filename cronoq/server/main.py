@@ -23,6 +23,7 @@ import sys
 from collections.abc import Sequence
 
 from cronoq.config import Config, ConfigError
+from cronoq.grpc_transport import prefer_poller_endpoints
 
 __all__ = ["main"]
 
@@ -182,6 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _check(args)
     _setup_logging()
     _setup_diagnostics()
+    prefer_poller_endpoints()  # before the first gRPC server or channel: see cronoq.grpc_transport
     try:
         config = _load(args, resolve_env=True)
         problems = config.file_errors()
