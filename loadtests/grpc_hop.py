@@ -1,7 +1,8 @@
 """The floor under forwarding: what one extra grpc-aio hop costs on this machine, with no cronoq in it.
 
-Two helper processes of this file: a ``backend`` answering ``Tasks.Get`` with a constant, and a
-``proxy`` that forwards every ``Get`` to the backend over one shared channel. ``measure()`` calls
+Two helper processes of this file, with cronoq-server's gRPC transport settings: a ``backend``
+answering ``Tasks.Get`` with a constant, and a ``proxy`` that forwards every ``Get`` to the backend
+over one shared channel. ``measure()`` calls
 each with the same client, one call at a time (``p50_ms`` / ``p99_ms``) and with 32 in flight
 (``calls_per_s``, and the CPU microseconds per call of the process called). The difference
 between ``direct`` and ``proxied`` is the price of a hop that no router code can go below;
@@ -25,6 +26,7 @@ import grpc
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from server_bench import ms, percentile, process_cpu_s
 
+from cronoq.grpc_transport import prefer_poller_endpoints
 from cronoq.proto import cronoq_pb2 as pb
 from cronoq.proto import cronoq_pb2_grpc as pbg
 
@@ -121,6 +123,7 @@ def _uvloop() -> None:
 if __name__ == "__main__":
     _uvloop()
     if len(sys.argv) > 1 and sys.argv[1] in ("backend", "proxy"):
+        prefer_poller_endpoints()  # the transport cronoq-server runs with
         asyncio.run(_serve(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None))
     else:
         print(json.dumps({"bench": "grpc_hop", "case": "bare_hop", **asyncio.run(measure())}))
