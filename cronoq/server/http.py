@@ -1,5 +1,6 @@
 """The HTTP/JSON gateway: the Tasks service (without Watch), the read-only Admin calls, metrics
-and health probes over HTTP/1.1.
+and health probes over HTTP/1.1 and HTTP/2 (h2c with prior knowledge on a plain listener, ALPN
+``h2`` with TLS; ``cronoq.server.http2`` does the HTTP/2 side, on the same socket).
 
 Each request is turned into the same ``cronoq.v1`` request message a gRPC caller would send and
 handed to the transport-independent handlers of ``cronoq.server.api``; their protobuf answers
@@ -44,7 +45,7 @@ import socket
 import ssl
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 from urllib.parse import unquote
 
 from aiohttp import web
@@ -57,6 +58,8 @@ from . import openapi
 from .api import Api
 from .auth import Authenticator, Principal
 from .errors import NOT_LEADER_MESSAGE, ApiError, Code, from_exception
+from .http2 import Demultiplexer, H2Request, Http2Connection, Http2Limits
+from .http2 import Handler as Http2Handler
 from .json_shapes import (
     EDGE_CONDS,
     MISS_POLICIES,
@@ -485,6 +488,11 @@ def error_response(error: HttpError) -> web.Response:
 # ======================================================================================= serving
 
 
+Request = web.BaseRequest | H2Request
+"""A request over HTTP/1.1 (aiohttp's) or HTTP/2 (``http2.H2Request``): the handlers read only
+what both have (method, headers, rel_url, path, content_length, content.readany, transport)."""
+
+
 def _host_name(header: str) -> str:
     """The host part of a ``Host`` header (``name``, ``name:port``, ``[v6]:port``)."""
     header = header.strip()
@@ -494,7 +502,7 @@ def _host_name(header: str) -> str:
     return name if sep and port.isdigit() else header
 
 
-def _cert_names(request: web.BaseRequest) -> list[str]:
+def _cert_names(request: Request) -> list[str]:
     """DNS names of a verified client certificate (none without mTLS)."""
     transport = request.transport
     if transport is None:
@@ -513,7 +521,7 @@ def _segment(raw: str, what: str) -> str:
         _bad(f"{what} is not valid UTF-8 once percent-decoded")
 
 
-Handler = Callable[[web.BaseRequest, Principal, dict[str, str]], Awaitable[web.StreamResponse]]
+Handler = Callable[[Request, Principal, dict[str, str]], Awaitable[web.StreamResponse]]
 
 
 class _Gateway:
@@ -562,7 +570,7 @@ class _Gateway:
                                 {"allow": allowed})  # fmt: skip
         raise HttpError(404, "not_found", "no such route")
 
-    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+    async def handle(self, request: Request) -> web.StreamResponse:
         try:
             if self.guard_host and not is_loopback_host(_host_name(request.headers.get("Host", ""))):
                 raise HttpError(403, "forbidden", "authentication is off, so only requests for a loopback host "
@@ -588,7 +596,7 @@ class _Gateway:
         except Exception as exc:  # the router's refusals and other shards' answers; the rest is logged
             return error_response(HttpError.of(from_exception(exc)))
 
-    async def _serve(self, route: Route, params: dict[str, str], request: web.BaseRequest) -> web.StreamResponse:
+    async def _serve(self, route: Route, params: dict[str, str], request: Request) -> web.StreamResponse:
         principal: Principal | None = None
         if route.authenticated:
             principal = self.auth.authenticate(request.headers.get("Authorization"), _cert_names(request))
@@ -601,7 +609,7 @@ class _Gateway:
         return await handler(request, principal or _METRICS_LISTENER, params)
 
     @staticmethod
-    def _check_query(route: Route, request: web.BaseRequest) -> None:
+    def _check_query(route: Route, request: Request) -> None:
         for name, value in request.rel_url.query.items():
             if name not in route.query:
                 accepted = ", ".join(route.query) or "none"
@@ -609,7 +617,7 @@ class _Gateway:
             if "\0" in value:
                 _bad(f"query parameter {name} must not contain NUL characters")
 
-    async def _body(self, request: web.BaseRequest) -> Any:
+    async def _body(self, request: Request) -> Any:
         """The JSON body, after the media type and the size limit are checked."""
         media, _, params = request.headers.get("Content-Type", "").partition(";")
         if media.strip().lower() != JSON_TYPE:
@@ -624,7 +632,10 @@ class _Gateway:
         if request.content_length is not None and request.content_length > limit:
             raise too_large
         if request.headers.get("Expect", "").lower() == "100-continue":
-            await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            if isinstance(request, H2Request):
+                await request.send_continue()
+            else:
+                await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         chunks: list[bytes] = []
         size = 0
         while chunk := await request.content.readany():
@@ -646,7 +657,7 @@ class _Gateway:
         return pb.TaskRef(id=task_id(raw))
 
     @staticmethod
-    def _single(request: web.BaseRequest, name: str) -> str | None:
+    def _single(request: Request, name: str) -> str | None:
         values = request.rel_url.query.getall(name, [])
         if len(values) > 1:
             _bad(f"query parameter {name} given more than once")
@@ -654,17 +665,17 @@ class _Gateway:
 
     # ----------------------------------------------------------------------------- Tasks
 
-    async def submit(self, request: web.BaseRequest, principal: Principal, params: dict[str, str]) -> web.Response:
+    async def submit(self, request: Request, principal: Principal, params: dict[str, str]) -> web.Response:
         message = submit_request(await self._body(request))
         return json_response(submit_json(await self.router.submit(principal, message)))
 
-    async def submit_batch(self, request: web.BaseRequest, principal: Principal,
+    async def submit_batch(self, request: Request, principal: Principal,
                            params: dict[str, str]) -> web.Response:  # fmt: skip
         message = batch_request(await self._body(request), self.limits.max_tasks_per_batch)
         response = await self.router.submit_batch(principal, message)
         return json_response({"tasks": [submit_json(item) for item in response.tasks]})
 
-    async def list_tasks(self, request: web.BaseRequest, principal: Principal,
+    async def list_tasks(self, request: Request, principal: Principal,
                          params: dict[str, str]) -> web.Response:  # fmt: skip
         query = request.rel_url.query
         message = pb.ListTasksRequest()
@@ -682,17 +693,17 @@ class _Gateway:
             message.after = min(int(after), _UINT64_MAX)  # nothing follows the largest id
         return json_response(list_json(await self.router.list_tasks(principal, message)))
 
-    async def get_task(self, request: web.BaseRequest, principal: Principal, params: dict[str, str]) -> web.Response:
+    async def get_task(self, request: Request, principal: Principal, params: dict[str, str]) -> web.Response:
         with collect_unavailable() as missing:
             info = await self.router.get(principal, pb.GetRequest(task=self._ref(params)))
         return json_response(with_unavailable_shards(task_info_json(info), missing))
 
-    async def cancel_task(self, request: web.BaseRequest, principal: Principal,
+    async def cancel_task(self, request: Request, principal: Principal,
                           params: dict[str, str]) -> web.Response:  # fmt: skip
         response = await self.router.cancel(principal, pb.CancelRequest(task=self._ref(params)))
         return json_response({"cancelled": response.cancelled})
 
-    async def task_result(self, request: web.BaseRequest, principal: Principal,
+    async def task_result(self, request: Request, principal: Principal,
                           params: dict[str, str]) -> web.Response:  # fmt: skip
         message = pb.WaitRequest(task=self._ref(params))
         if (timeout := self._single(request, "timeout_s")) is not None:
@@ -707,22 +718,22 @@ class _Gateway:
 
     # ----------------------------------------------------------------------------- Admin
 
-    async def snapshot(self, request: web.BaseRequest, principal: Principal, params: dict[str, str]) -> web.Response:
+    async def snapshot(self, request: Request, principal: Principal, params: dict[str, str]) -> web.Response:
         return json_response(snapshot_json(await self.router.snapshot(principal, pb.Empty())))
 
-    async def list_workers(self, request: web.BaseRequest, principal: Principal,
+    async def list_workers(self, request: Request, principal: Principal,
                            params: dict[str, str]) -> web.Response:  # fmt: skip
         return json_response(workers_json(await self.router.list_workers(principal, pb.Empty())))
 
-    async def list_recurring(self, request: web.BaseRequest, principal: Principal,
+    async def list_recurring(self, request: Request, principal: Principal,
                              params: dict[str, str]) -> web.Response:  # fmt: skip
         return json_response(recurring_json(await self.router.list_recurring(principal, pb.Empty())))
 
-    async def metrics(self, request: web.BaseRequest, principal: Principal, params: dict[str, str]) -> web.Response:
+    async def metrics(self, request: Request, principal: Principal, params: dict[str, str]) -> web.Response:
         body, content_type = await self.api.metrics_text(principal)
         return web.Response(body=body, headers={"Content-Type": content_type})
 
-    async def openapi(self, request: web.BaseRequest, principal: Principal, params: dict[str, str]) -> web.Response:
+    async def openapi(self, request: Request, principal: Principal, params: dict[str, str]) -> web.Response:
         if self._document is None:
             self._document = _dumps(openapi.document(self.limits))
         response = web.Response(body=self._document)
@@ -731,11 +742,11 @@ class _Gateway:
 
     # ----------------------------------------------------------------------------- probes
 
-    async def healthz(self, request: web.BaseRequest, principal: Principal | None,
+    async def healthz(self, request: Request, principal: Principal | None,
                       params: dict[str, str]) -> web.Response:  # fmt: skip
         return json_response({"status": "ok"})
 
-    async def readyz(self, request: web.BaseRequest, principal: Principal | None,
+    async def readyz(self, request: Request, principal: Principal | None,
                      params: dict[str, str]) -> web.Response:  # fmt: skip
         if self.api.serving:
             return json_response({"status": "ready"})
@@ -757,7 +768,7 @@ def _ssl_context(tls: TlsConfig) -> ssl.SSLContext:
     if tls.client_ca is not None:
         context.load_verify_locations(tls.client_ca)
         context.verify_mode = ssl.CERT_REQUIRED
-    context.set_alpn_protocols(["http/1.1"])
+    context.set_alpn_protocols(["h2", "http/1.1"])
     return context
 
 
@@ -784,6 +795,29 @@ def _format(sock: socket.socket) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+class _Listener:
+    """One listening socket. Each connection starts with a ``Demultiplexer``; HTTP/1.1 ones go to
+    aiohttp's low-level server (``web.Server`` is documented as a protocol factory for
+    ``loop.create_server``), HTTP/2 ones to an ``Http2Connection`` kept in ``http2``."""
+
+    def __init__(self, runner: web.ServerRunner) -> None:
+        self.runner = runner
+        self.server: asyncio.AbstractServer | None = None
+        self.http2: set[Http2Connection] = set()
+        self.undecided: set[Demultiplexer] = set()
+
+    async def close(self) -> None:
+        """Stop accepting, then let both protocols finish what runs within ``SHUTDOWN_TIMEOUT_S``:
+        aiohttp's runner for HTTP/1.1, GOAWAY and a wait for HTTP/2."""
+        if self.server is not None:
+            self.server.close()
+        for connection in list(self.undecided):
+            connection.close()
+        await asyncio.gather(self.runner.cleanup(),
+                             *(connection.shutdown(SHUTDOWN_TIMEOUT_S) for connection in list(self.http2)),
+                             return_exceptions=True)  # fmt: skip
+
+
 class HttpGateway:
     """The running HTTP listeners. ``address`` is ``host:port`` of ``server.http_addr`` (the
     bound port when it was 0), ``metrics_address`` that of ``server.metrics_addr`` if set."""
@@ -792,7 +826,7 @@ class HttpGateway:
         self.address = ""
         self.metrics_address: str | None = None
         self.scheme = "http"
-        self._runners: list[web.BaseRunner] = []
+        self._listeners: list[_Listener] = []
 
     @property
     def url(self) -> str:
@@ -801,18 +835,33 @@ class HttpGateway:
     async def _add(self, gateway: _Gateway, sock: socket.socket, context: ssl.SSLContext | None) -> None:
         from .telemetry import trace_http  # OpenTelemetry: a span per request, only when it is on
 
-        server = web.Server(trace_http(gateway.handle, gateway._match), handler_cancellation=True, access_log=None)
+        # The same (traced) handler serves both protocols; it reads only what H2Request has too.
+        handler = trace_http(gateway.handle, gateway._match)
+        server = web.Server(handler, handler_cancellation=True, access_log=None)
         runner = web.ServerRunner(server, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
         await runner.setup()
-        self._runners.append(runner)
-        await web.SockSite(runner, sock, ssl_context=context).start()
+        listener = _Listener(runner)
+        self._listeners.append(listener)
+        limits = Http2Limits(gateway.limits.max_concurrent_streams)
+
+        def http2() -> Http2Connection:
+            connection = Http2Connection(cast(Http2Handler, handler), limits, listener.http2.discard)
+            listener.http2.add(connection)
+            return connection
+
+        def accept() -> Demultiplexer:
+            return Demultiplexer(server, http2, listener.undecided)
+
+        loop = asyncio.get_running_loop()
+        listener.server = await loop.create_server(accept, sock=sock, ssl=context, backlog=128)
 
     async def close(self) -> None:
-        """Stop listening; requests still running get ``SHUTDOWN_TIMEOUT_S``, then are cancelled."""
-        runners, self._runners = self._runners, []
-        for runner in runners:
+        """Stop listening; requests still running get ``SHUTDOWN_TIMEOUT_S``, then are cancelled
+        (HTTP/2 clients get GOAWAY first, so they open no new streams meanwhile)."""
+        listeners, self._listeners = self._listeners, []
+        for listener in listeners:
             with contextlib.suppress(Exception):
-                await runner.cleanup()
+                await listener.close()
 
 
 async def start_http(api: Api, config: Config, *, authenticator: Authenticator | None = None,

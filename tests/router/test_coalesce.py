@@ -6,11 +6,11 @@ import asyncio
 
 import grpc
 import pytest
-
-from cronoq.proto import cronoq_pb2 as pb
 from cronoq.router.coalesce import SubmitCoalescer
 from cronoq.router.errors import RouteError
 from cronoq.router.router import status_of
+
+from cronoq.proto import cronoq_pb2 as pb
 
 
 class Peer:

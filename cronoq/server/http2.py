@@ -1,0 +1,617 @@
+"""HTTP/2 for the HTTP/JSON gateway: h2c with prior knowledge on a plain listener, ``h2`` chosen
+by ALPN on a TLS listener, next to aiohttp's HTTP/1.1 on the same socket.
+
+aiohttp has no HTTP/2 server, so this module does the framing with the ``h2`` library and hands
+each stream to the same request handler the HTTP/1.1 side uses. The pieces:
+
+- ``Demultiplexer``: the protocol every accepted connection starts with. With TLS it follows the
+  ALPN result; otherwise (and for TLS clients that did not negotiate) it reads until the first
+  bytes either are the HTTP/2 connection preface or cannot be, then replaces itself on the
+  transport with an ``Http2Connection`` or with aiohttp's HTTP/1.1 protocol, replaying what it
+  read. ``Upgrade: h2c`` on HTTP/1.1 is ignored (HTTP/1.1 answers it), which RFC 9113 allows.
+- ``Http2Connection``: one HTTP/2 connection. Every stream runs the handler in a task of its own;
+  a reset stream cancels its task, a lost connection cancels all. Request bodies are credited
+  back to the peer's flow-control window only as the handler reads them, so a connection holds
+  at most one window of unread body. ``shutdown`` sends GOAWAY, lets running streams finish
+  within a timeout, then cancels the rest.
+- ``H2Request``: what the gateway reads of a request (method, headers, ``rel_url``, ``path``,
+  ``content_length``, ``content.readany()``, ``transport`` for the client certificate), plus
+  ``send_continue`` for ``expect: 100-continue``.
+
+Answers are the handler's ``web.Response`` (status, headers, bytes body) sent as HEADERS and DATA
+frames, split to the peer's flow-control windows and frame size.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import ssl
+from collections import deque
+from collections.abc import Awaitable, Callable
+from email.utils import formatdate
+from typing import cast
+
+import h2.config
+import h2.connection
+import h2.events
+import h2.exceptions
+import h2.settings
+from aiohttp import web
+from h2.errors import ErrorCodes
+from hyperframe.frame import GoAwayFrame
+from multidict import CIMultiDict, CIMultiDictProxy
+from yarl import URL
+
+__all__ = ["PREFACE", "Demultiplexer", "H2Request", "Http2Connection", "Http2Limits"]
+
+log = logging.getLogger("cronoq.server")
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+"""The first bytes of every HTTP/2 connection (RFC 9113, 3.4)."""
+
+IDLE_TIMEOUT_S = 75.0
+"""A connection with no request in progress for this long is closed (aiohttp's keep-alive
+default, so both protocols treat idle clients alike)."""
+
+_STREAM_WINDOW = 256 * 1024
+_CONNECTION_WINDOW = 1024 * 1024
+_MAX_HEADER_LIST = 64 * 1024
+_DRAIN_LIMIT = 32 * 1024 * 1024
+
+# Connection-specific fields are forbidden in HTTP/2 (RFC 9113, 8.2.2).
+_HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"})
+
+Handler = Callable[["H2Request"], Awaitable[web.StreamResponse]]
+
+
+class StreamGone(Exception):
+    """The stream was reset by the client or its connection closed while the body was read."""
+
+
+# ======================================================================================= requests
+
+
+class H2Body:
+    """The body of one request stream as it arrives. ``readany`` answers the next bytes (``b""``
+    at the end) and credits what it hands out back to the sender's flow-control window."""
+
+    def __init__(self, credit: Callable[[int], None]) -> None:
+        self._credit = credit
+        self._chunks: deque[tuple[bytes, int]] = deque()
+        self._ended = False
+        self._error: BaseException | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self.uncredited = 0
+        """Flow-controlled bytes received but not yet handed to the reader."""
+        self.received = 0
+        """Body bytes received so far."""
+
+    @property
+    def ended(self) -> bool:
+        """The client sent END_STREAM (or the stream is gone)."""
+        return self._ended
+
+    def feed(self, data: bytes, flow_controlled: int) -> None:
+        self._chunks.append((data, flow_controlled))
+        self.received += len(data)
+        self.uncredited += flow_controlled
+        self._wake()
+
+    def end(self) -> None:
+        self._ended = True
+        self._wake()
+
+    def abort(self, error: BaseException) -> None:
+        self._error = error
+        self._ended = True
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def readany(self) -> bytes:
+        while True:
+            if self._error is not None:
+                raise self._error
+            if self._chunks:
+                data, flow_controlled = self._chunks.popleft()
+                self.uncredited -= flow_controlled
+                self._credit(flow_controlled)
+                if data:
+                    return data
+                continue  # a frame holding only padding
+            if self._ended:
+                return b""
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+
+
+class H2Request:
+    """One HTTP/2 request as the gateway's handlers see it: the same attribute names as
+    ``aiohttp.web.BaseRequest`` for what they read."""
+
+    def __init__(self, *, method: str, rel_url: URL, headers: CIMultiDictProxy[str], content: H2Body,
+                 transport: asyncio.Transport, send_continue: Callable[[], None]) -> None:  # fmt: skip
+        self.method = method
+        self.rel_url = rel_url
+        self.headers = headers
+        self.content = content
+        self.transport: asyncio.Transport | None = transport
+        self._send_continue = send_continue
+
+    @property
+    def path(self) -> str:
+        """The percent-decoded path, like ``web.BaseRequest.path``."""
+        return self.rel_url.path
+
+    @property
+    def raw_path(self) -> str:
+        return self.rel_url.raw_path
+
+    @property
+    def content_length(self) -> int | None:
+        value = self.headers.get("content-length")
+        if value is None or not value.isdigit():
+            return None
+        return int(value)
+
+    async def send_continue(self) -> None:
+        """An interim ``100`` answer, for a client that waits for it before sending the body."""
+        self._send_continue()
+
+
+# ===================================================================================== connections
+
+
+class Http2Limits:
+    """What an HTTP/2 connection announces and enforces."""
+
+    def __init__(self, max_concurrent_streams: int, idle_timeout_s: float = IDLE_TIMEOUT_S) -> None:
+        self.max_concurrent_streams = max_concurrent_streams
+        self.idle_timeout_s = idle_timeout_s
+
+
+class _Stream:
+    def __init__(self, stream_id: int, request: H2Request) -> None:
+        self.stream_id = stream_id
+        self.request = request
+        self.task: asyncio.Task[None] | None = None
+        self.answered = False
+        """The whole answer went out (END_STREAM sent)."""
+        self.reset_by_client = False
+
+
+class Http2Connection(asyncio.Protocol):
+    """The server side of one HTTP/2 connection."""
+
+    def __init__(self, handler: Handler, limits: Http2Limits,
+                 on_closed: Callable[[Http2Connection], None]) -> None:  # fmt: skip
+        self._handler = handler
+        self._limits = limits
+        self._on_closed = on_closed
+        self._loop = asyncio.get_running_loop()
+        config = h2.config.H2Configuration(client_side=False, header_encoding=None)
+        self._h2 = h2.connection.H2Connection(config=config)
+        self._transport: asyncio.Transport | None = None
+        self._streams: dict[int, _Stream] = {}
+        self._closed = False
+        self._going_away = False
+        """This side sent GOAWAY (shutdown)."""
+        self._client_left = False
+        """The client sent GOAWAY."""
+        self._last_stream_id = 0
+        """After GOAWAY: the highest stream this side still serves; later ones are refused."""
+        self._draining: dict[int, int] = {}
+        """Answered streams whose body still arrives: how many more bytes are read and dropped."""
+        self._window_waiters: list[asyncio.Future[None]] = []
+        self._drain_waiter: asyncio.Future[None] | None = None
+        self._writing_paused = False
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._all_done: asyncio.Event = asyncio.Event()
+        self._all_done.set()
+
+    # ------------------------------------------------------------------------ asyncio protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass it
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # small frames; latency matters
+        self._h2.local_settings = h2.settings.Settings(client=False, initial_values={
+            h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: self._limits.max_concurrent_streams,
+            h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: _STREAM_WINDOW,
+            h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: _MAX_HEADER_LIST,
+        })  # fmt: skip
+        self._h2.initiate_connection()
+        self._h2.increment_flow_control_window(_CONNECTION_WINDOW - 65535)
+        self._flush()
+        self._arm_idle_timer()
+
+    def data_received(self, data: bytes) -> None:
+        if self._closed:
+            return
+        try:
+            events = self._h2.receive_data(data)
+        except h2.exceptions.ProtocolError as exc:
+            # h2 has queued a GOAWAY with the error code; send it and hang up.
+            log.debug("http2: protocol error from the client: %s", exc)
+            self._flush()
+            self._close_transport()
+            return
+        for event in events:
+            try:
+                self._dispatch(event)
+            except h2.exceptions.H2Error as exc:  # e.g. refusing a stream the client already closed
+                log.debug("http2: %s while handling %s", exc, type(event).__name__)
+        self._flush()
+
+    def eof_received(self) -> bool | None:
+        return None  # close our side too; streams are cancelled in connection_lost
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        if self._drain_waiter is not None and not self._drain_waiter.done():
+            self._drain_waiter.set_result(None)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._closed = True
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+        gone = StreamGone("the connection closed")
+        for stream in list(self._streams.values()):
+            stream.request.content.abort(gone)
+            if stream.task is not None:
+                stream.task.cancel()
+        self._wake_writers(gone)
+        if self._drain_waiter is not None and not self._drain_waiter.done():
+            self._drain_waiter.set_result(None)  # _drain sees the closed connection
+        self._on_closed(self)
+
+    # ------------------------------------------------------------------------ events
+
+    def _dispatch(self, event: h2.events.Event) -> None:
+        if isinstance(event, h2.events.RequestReceived):
+            self._start_stream(event)
+        elif isinstance(event, h2.events.DataReceived):
+            stream = self._streams.get(event.stream_id)
+            if stream is None:  # the answer is already sent; the rest of the body is not wanted
+                self._discard(event.stream_id, event.flow_controlled_length)
+            else:
+                stream.request.content.feed(event.data, event.flow_controlled_length)
+        elif isinstance(event, h2.events.StreamEnded):
+            self._draining.pop(event.stream_id, None)
+            if (stream := self._streams.get(event.stream_id)) is not None:
+                stream.request.content.end()
+        elif isinstance(event, h2.events.StreamReset):
+            self._draining.pop(event.stream_id, None)
+            self._reset_by_client(event.stream_id)
+        elif isinstance(event, h2.events.WindowUpdated | h2.events.RemoteSettingsChanged):
+            self._wake_writers(None)
+        elif isinstance(event, h2.events.ConnectionTerminated):
+            # The client opens no more streams: finish those it sent (unless it gave up), then close.
+            self._client_left = True
+            if event.error_code != ErrorCodes.NO_ERROR or not self._streams:
+                self._close_transport()
+
+    def _start_stream(self, event: h2.events.RequestReceived) -> None:
+        stream_id = event.stream_id
+        if self._going_away and stream_id > self._last_stream_id:
+            self._h2.reset_stream(stream_id, ErrorCodes.REFUSED_STREAM)
+            return
+        pseudo: dict[str, str] = {}
+        headers: CIMultiDict[str] = CIMultiDict()
+        for raw_name, raw_value in event.headers or ():
+            name = _text(raw_name)
+            value = _text(raw_value)
+            if name.startswith(":"):
+                pseudo[name] = value
+            else:
+                headers.add(name, value)
+        method, target = pseudo.get(":method", ""), pseudo.get(":path", "")
+        if not target.startswith("/"):  # CONNECT and asterisk-form: nothing here serves them
+            self._h2.reset_stream(stream_id, ErrorCodes.PROTOCOL_ERROR)
+            return
+        if "host" not in headers and ":authority" in pseudo:
+            headers["Host"] = pseudo[":authority"]  # the guards read Host, which HTTP/2 carries as :authority
+        raw_path, _, query = target.partition("?")
+        try:
+            rel_url = URL.build(path=raw_path, query_string=query, encoded=True)
+        except ValueError:
+            self._h2.reset_stream(stream_id, ErrorCodes.PROTOCOL_ERROR)
+            return
+        assert self._transport is not None
+        body = H2Body(lambda size: self._credit(stream_id, size))
+        request = H2Request(method=method, rel_url=rel_url, headers=CIMultiDictProxy(headers), content=body,
+                            transport=self._transport,
+                            send_continue=lambda: self._send_continue(stream_id))  # fmt: skip
+        if event.stream_ended is not None:
+            body.end()
+        stream = _Stream(stream_id, request)
+        self._streams[stream_id] = stream
+        self._all_done.clear()
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+        stream.task = self._loop.create_task(self._serve(stream))
+
+    def _reset_by_client(self, stream_id: int) -> None:
+        stream = self._streams.get(stream_id)
+        if stream is None:
+            return
+        stream.reset_by_client = True
+        stream.request.content.abort(StreamGone("the client reset the stream"))
+        if stream.task is not None:
+            stream.task.cancel()
+        self._wake_writers(None)  # a writer waiting for this stream's window must notice
+
+    # ------------------------------------------------------------------------ streams
+
+    async def _serve(self, stream: _Stream) -> None:
+        try:
+            response = await self._handler(stream.request)
+            await self._respond(stream, response)
+        except asyncio.CancelledError:
+            pass  # reset by the client, the connection closed, or shutdown ran out of time
+        except (StreamGone, h2.exceptions.StreamClosedError):
+            pass
+        except Exception:
+            log.exception("http2: stream %d failed", stream.stream_id)
+            with contextlib.suppress(h2.exceptions.H2Error):
+                if not self._closed:
+                    self._h2.reset_stream(stream.stream_id, ErrorCodes.INTERNAL_ERROR)
+                    self._flush()
+        finally:
+            self._finish(stream)
+
+    async def _respond(self, stream: _Stream, response: web.StreamResponse) -> None:
+        body = response.body if isinstance(response, web.Response) else None
+        if body is not None and not isinstance(body, bytes | bytearray):
+            raise TypeError(f"http2: only bytes bodies are supported, not {type(body).__name__}")
+        data = bytes(body or b"")
+        headers: list[tuple[str, str]] = [(":status", str(response.status))]
+        for name, value in response.headers.items():
+            lower = name.lower()
+            if lower not in _HOP_BY_HOP and lower != "content-length":
+                headers.append((lower, value))
+        names = {name for name, _ in headers}
+        if data and "content-type" not in names:
+            headers.append(("content-type", "application/octet-stream"))  # what aiohttp sends too
+        headers.append(("content-length", str(len(data))))
+        if "date" not in names:
+            headers.append(("date", formatdate(usegmt=True)))
+        if self._closed:
+            raise StreamGone("the connection closed")
+        self._h2.send_headers(stream.stream_id, headers, end_stream=not data)
+        stream.answered = not data
+        self._flush()
+        view = memoryview(data)
+        offset = 0
+        while offset < len(data):
+            window = min(self._h2.local_flow_control_window(stream.stream_id), self._h2.max_outbound_frame_size)
+            if window <= 0:
+                await self._window_opened()
+                continue
+            chunk = view[offset : offset + window]
+            offset += len(chunk)
+            self._h2.send_data(stream.stream_id, chunk.tobytes(), end_stream=offset == len(data))
+            stream.answered = offset == len(data)
+            self._flush()
+            await self._drain()
+
+    def _finish(self, stream: _Stream) -> None:
+        """The stream's answer is sent (or abandoned): forget it and give back the window its
+        unread body holds."""
+        self._streams.pop(stream.stream_id, None)
+        body = stream.request.content
+        if not self._closed:
+            with contextlib.suppress(h2.exceptions.H2Error):
+                if not stream.answered and not stream.reset_by_client:
+                    # Cancelled (shutdown ran out of time) or failed half-way: the answer is incomplete.
+                    self._h2.reset_stream(stream.stream_id, ErrorCodes.CANCEL)
+                elif stream.answered and not body.ended:
+                    self._stop_body(stream)
+            if body.uncredited:
+                self._credit(stream.stream_id, body.uncredited)
+                body.uncredited = 0
+            self._flush()
+        if not self._streams:
+            self._all_done.set()
+            if self._client_left:
+                self._close_transport()
+            else:
+                self._arm_idle_timer()
+
+    def _stop_body(self, stream: _Stream) -> None:
+        """Answered before the whole body arrived (a 4xx before reading it). RFC 9113 allows
+        RST_STREAM(NO_ERROR) here, but some clients (curl before 8) then drop the answer they
+        already have, so a body of up to ``_DRAIN_LIMIT`` more bytes is received and dropped."""
+        received = stream.request.content.received
+        declared = stream.request.content_length
+        left = _DRAIN_LIMIT if declared is None else declared - received
+        if 0 <= left <= _DRAIN_LIMIT:
+            self._draining[stream.stream_id] = left
+        else:
+            self._h2.reset_stream(stream.stream_id, ErrorCodes.NO_ERROR)
+
+    def _discard(self, stream_id: int, size: int) -> None:
+        self._credit(stream_id, size)
+        left = self._draining.get(stream_id)
+        if left is None:
+            return
+        if size > left:
+            del self._draining[stream_id]
+            with contextlib.suppress(h2.exceptions.H2Error):
+                self._h2.reset_stream(stream_id, ErrorCodes.NO_ERROR)
+        else:
+            self._draining[stream_id] = left - size
+
+    def _send_continue(self, stream_id: int) -> None:
+        if not self._closed:
+            self._h2.send_headers(stream_id, [(":status", "100")])
+            self._flush()
+
+    # ------------------------------------------------------------------------ flow control
+
+    def _credit(self, stream_id: int, size: int) -> None:
+        if size and not self._closed:
+            with contextlib.suppress(h2.exceptions.H2Error):
+                self._h2.acknowledge_received_data(size, stream_id)
+                self._flush()
+
+    async def _window_opened(self) -> None:
+        waiter = self._loop.create_future()
+        self._window_waiters.append(waiter)
+        await waiter
+
+    def _wake_writers(self, error: BaseException | None) -> None:
+        waiters, self._window_waiters = self._window_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                if error is None:
+                    waiter.set_result(None)
+                else:
+                    waiter.set_exception(error)
+
+    async def _drain(self) -> None:
+        if self._closed:
+            raise StreamGone("the connection closed")
+        if self._writing_paused:
+            if self._drain_waiter is None or self._drain_waiter.done():
+                self._drain_waiter = self._loop.create_future()
+            await asyncio.shield(self._drain_waiter)
+            if self._closed:
+                raise StreamGone("the connection closed")
+
+    def _flush(self) -> None:
+        data = self._h2.data_to_send()
+        if data and self._transport is not None and not self._transport.is_closing():
+            self._transport.write(data)
+
+    # ------------------------------------------------------------------------ closing
+
+    def _arm_idle_timer(self) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+        self._idle_timer = self._loop.call_later(self._limits.idle_timeout_s, self._idle)
+
+    def _idle(self) -> None:
+        self._idle_timer = None
+        if not self._streams and not self._closed:
+            with contextlib.suppress(h2.exceptions.H2Error):
+                self._h2.close_connection()
+            self._flush()
+            self._close_transport()
+
+    def _close_transport(self) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.close()
+
+    async def shutdown(self, timeout: float) -> None:
+        """Graceful close: GOAWAY now (the client opens no more streams), running streams get
+        ``timeout`` seconds to finish, then are cancelled and the connection closes."""
+        if self._closed:
+            return
+        if not self._going_away:
+            self._going_away = True
+            self._last_stream_id = self._h2.highest_inbound_stream_id
+            # h2 allows nothing more on a connection once it sent GOAWAY itself, so this first
+            # GOAWAY is written past it; streams up to the last id keep answering through h2.
+            goaway = GoAwayFrame(stream_id=0, last_stream_id=self._last_stream_id, error_code=ErrorCodes.NO_ERROR)
+            self._flush()
+            if self._transport is not None and not self._transport.is_closing():
+                self._transport.write(goaway.serialize())
+        if self._streams:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._all_done.wait(), timeout)
+        tasks = [stream.task for stream in self._streams.values() if stream.task is not None]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        if not self._closed:
+            with contextlib.suppress(h2.exceptions.H2Error):
+                self._h2.close_connection(last_stream_id=self._last_stream_id)
+            self._flush()
+            self._close_transport()
+
+
+def _text(raw: bytes | str) -> str:
+    """A header name or value as aiohttp would decode it."""
+    return raw.decode("utf-8", "surrogateescape") if isinstance(raw, bytes) else raw
+
+
+# ==================================================================================== demultiplexing
+
+
+class Demultiplexer(asyncio.Protocol):
+    """The first protocol of every accepted connection: picks HTTP/2 or HTTP/1.1 and hands the
+    transport (and the bytes read so far) to it."""
+
+    def __init__(self, http1: Callable[[], asyncio.Protocol], http2: Callable[[], asyncio.Protocol],
+                 pending: set[Demultiplexer], idle_timeout_s: float = IDLE_TIMEOUT_S) -> None:  # fmt: skip
+        self._http1 = http1
+        self._http2 = http2
+        self._pending = pending
+        self._idle_timeout_s = idle_timeout_s
+        self._transport: asyncio.Transport | None = None
+        self._buffer = b""
+        self._timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass it
+        ssl_object: ssl.SSLObject | ssl.SSLSocket | None = transport.get_extra_info("ssl_object")
+        if ssl_object is not None and ssl_object.selected_alpn_protocol() == "h2":
+            self._switch(self._http2)
+            return
+        # Plain, or TLS without ALPN h2: the first bytes tell. A client that sends nothing is
+        # closed after the idle timeout, as aiohttp does.
+        self._pending.add(self)
+        self._timer = asyncio.get_running_loop().call_later(self._idle_timeout_s, self.close)
+
+    def data_received(self, data: bytes) -> None:
+        self._buffer += data
+        if self._buffer.startswith(PREFACE):
+            self._switch(self._http2)
+        elif not PREFACE.startswith(self._buffer):
+            self._switch(self._http1)
+        # else: a strict prefix of the preface so far; wait for more
+
+    def eof_received(self) -> bool | None:
+        return None
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._forget()
+
+    def close(self) -> None:
+        """Hang up on a connection that has not said which protocol it speaks."""
+        self._forget()
+        if self._transport is not None:
+            self._transport.close()
+
+    def _forget(self) -> None:
+        self._pending.discard(self)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _switch(self, factory: Callable[[], asyncio.Protocol]) -> None:
+        self._forget()
+        transport = self._transport
+        assert transport is not None
+        protocol = factory()
+        transport.set_protocol(protocol)
+        protocol.connection_made(transport)
+        if self._buffer and not transport.is_closing():
+            buffered, self._buffer = self._buffer, b""
+            protocol.data_received(buffered)
