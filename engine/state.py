@@ -16,6 +16,9 @@ from .reservations import ReservationBook
 from .stats import LogLinearHistogram, MetricsWindow
 from .types import CLASSES, Dep, EdgeCond, FixedStart, RecurringSpec, RetryPolicy, TaskSpec, TaskStatus
 
+# Read once: an enum member looked up on its class runs Python code (and every task starts ready).
+_READY: Final = TaskStatus.READY
+
 # Where a non-running task currently sits (for removal and invariant checks).
 NOWHERE: Final = 0
 IN_FIFO: Final = 1
@@ -106,7 +109,7 @@ class Task:
         self.kind = spec.kind
         self.tenant = spec.tenant
         self.tags = spec.tags
-        self.status = TaskStatus.READY
+        self.status = _READY
         self.attempt = 0
         self.retry = retry
         self.max_attempts = retry.max_attempts

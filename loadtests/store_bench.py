@@ -8,7 +8,10 @@ For each store (memory, SQLite file, Postgres schema):
   ``tasks_per_s``, ``commits_per_s``, ``rows_per_commit`` (task rows plus schedule rows written
   per commit, counted by a store subclass), ``ack_p50_ms``/``ack_p99_ms`` (how long one
   ``submit_batch`` took to be acknowledged, i.e. durably committed). Each case runs in a fresh
-  process; with ``--runs`` above 1 the run with the median rate is reported.
+  process; with ``--runs`` above 1 the run with the median rate is reported. CPU per task, which a
+  busy machine disturbs far less than the rate: ``cpu_us_per_task`` (this process, user plus
+  system) and, on Postgres, ``pg_cpu_us_per_task`` (the server processes of the store's pool,
+  read from ``/proc``, so only when the server runs on this machine).
 * ``takeover_10000`` / ``takeover_100000`` (SQLite and Postgres; an in-memory store does not
   survive its process): a leader process submits that many tasks to a pool with no slots, a
   standby process waits for leadership, the leader is killed with SIGKILL, and ``takeover_ms``
@@ -32,6 +35,7 @@ import asyncio
 import json
 import os
 import queue
+import resource
 import shutil
 import signal
 import subprocess
@@ -95,6 +99,32 @@ def rows_of(mutations: Sequence[Mutation]) -> int:
     return len(tasks) + len(schedules)
 
 
+def process_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def backend_cpu_s(pid: int) -> float | None:
+    """User plus system CPU of a local Postgres server process, or None if it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def pool_backends(store: Any) -> list[int]:
+    """Server pids of the connections the Postgres store's pool holds (benchmark-only peeking)."""
+    pool = getattr(store, "_pool", None)
+    pids = []
+    for holder in getattr(pool, "_holders", ()):
+        conn = getattr(holder, "_con", None)
+        if conn is not None and not conn.is_closed():
+            pids.append(conn.get_server_pid())
+    return pids
+
+
 def counting(base: type) -> type:
     """A subclass of a store class that counts successful commits and the rows they wrote."""
 
@@ -138,6 +168,8 @@ async def throughput(store_kind: str, total: int, batch: int, workdir: str) -> d
         async with cronoq.Scheduler([pool], store=store) as sched:
             commits0, rows0 = store.commits, store.rows  # leave out what opening wrote
             acks: list[float] = []
+            backends0 = {pid: backend_cpu_s(pid) for pid in pool_backends(store)}
+            cpu0 = process_cpu_s()
             started = time.perf_counter()
             for base in range(0, total, batch):
                 tasks = [cronoq.Task(i) for i in range(base, min(base + batch, total))]
@@ -147,6 +179,11 @@ async def throughput(store_kind: str, total: int, batch: int, workdir: str) -> d
             while (await sched.snapshot()).totals["succeeded"] < total:
                 await asyncio.sleep(0.002)
             elapsed = time.perf_counter() - started
+            cpu = process_cpu_s() - cpu0
+            pg_cpu: float | None = 0.0
+            for pid in pool_backends(store):  # a connection opened meanwhile counts from zero
+                now_s, before = backend_cpu_s(pid), backends0.get(pid) or 0.0
+                pg_cpu = None if now_s is None or pg_cpu is None else pg_cpu + now_s - before
             commits, rows = store.commits - commits0, store.rows - rows0
     finally:
         if schema is not None:
@@ -163,6 +200,8 @@ async def throughput(store_kind: str, total: int, batch: int, workdir: str) -> d
         "acks": len(acks),
         "ack_p50_ms": round(acks[len(acks) // 2] * 1000, 2),
         "ack_p99_ms": round(acks[min(len(acks) - 1, int(len(acks) * 0.99))] * 1000, 2),
+        "cpu_us_per_task": round(cpu / total * 1e6, 1),
+        **({"pg_cpu_us_per_task": round(pg_cpu / total * 1e6, 1)} if schema is not None and pg_cpu is not None else {}),
     }
 
 

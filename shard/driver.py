@@ -41,8 +41,12 @@ T = TypeVar("T")
 Command = Callable[[Core, int], Any]
 
 
-# Run the next step while the previous commit is in flight only when this much work is queued.
+# Run the next step while the previous commit is in flight only when this much work is queued
+# (commands), or when the step in flight was itself busy (mutations): one command may carry a
+# thousand submissions or every report of a burst of completions, so under load the command
+# count alone would keep the engine waiting for each commit, and the store for each step.
 PIPELINE_MIN_COMMANDS = 64
+PIPELINE_MIN_MUTATIONS = 64
 
 
 class NotLeader(Exception):
@@ -346,6 +350,8 @@ class Driver:
         clock = self._clock
         store = self._store
         lost = store.lost if store is not None else None
+        # The store's optional hook to encode a step ahead of its commit (see Store.commit).
+        prepare: Callable[[Sequence[Mutation]], None] | None = getattr(store, "prepare", None)
         inflight: _Step | None = None
         try:
             while True:
@@ -354,12 +360,23 @@ class Driver:
                         await self._release(inflight)
                         inflight = None
                     return
-                if inflight is not None and len(self._queue) < PIPELINE_MIN_COMMANDS:
-                    # Little to do meanwhile: let commands accumulate while the commit finishes,
-                    # so the next step (and its commit) carries more.
-                    await self._release(inflight)
-                    inflight = None
-                    continue
+                if inflight is not None:
+                    assert inflight.commit is not None
+                    pending = not inflight.commit.done()
+                    busy = len(inflight.mutations) >= PIPELINE_MIN_MUTATIONS
+                    if pending and busy and not self._queue:
+                        # Wait for whichever comes first: the commit (its completion pokes the
+                        # loop), or a command to work on while it is in flight.
+                        wake.clear()
+                        await wake.wait()
+                        continue
+                    if not (pending and self._queue and (busy or len(self._queue) >= PIPELINE_MIN_COMMANDS)):
+                        # Committed already, or little to do meanwhile: let commands accumulate
+                        # while the commit finishes, so the next step (and its commit) carries more.
+                        await self._release(inflight)
+                        inflight = None
+                        continue
+                    # Otherwise step now, while the commit is in flight (released right after).
                 if not self._queue:
                     wake.clear()
                     due = core.next_wakeup()
@@ -385,10 +402,13 @@ class Driver:
                     return
                 step = self._step(core, clock())
                 if inflight is not None:
+                    if step.mutations and prepare is not None:
+                        prepare(step.mutations)  # encode it while the earlier commit is in flight
                     await self._release(inflight)
                     inflight = None
                 if step.mutations:
                     step.commit = asyncio.get_running_loop().create_task(self._commit(step.mutations))
+                    step.commit.add_done_callback(self._committed)
                     inflight = step
                 else:
                     self._deliver(step)
@@ -406,6 +426,9 @@ class Driver:
             if inflight is not None:
                 inflight.fail(NotLeader(f"not the leader (internal error: {error})"))
             await self._step_down("internal error")
+
+    def _committed(self, _commit: asyncio.Task[None]) -> None:
+        self._poke()  # the loop may be waiting for this commit or for a command, whichever first
 
     def _step(self, core: Core, now: int) -> _Step:
         """Apply every queued command, fire timers and dispatch: one engine step."""

@@ -198,6 +198,11 @@ class Store(Protocol):
         Raises ``Fenced`` (stale epoch or lost leadership; nothing written), ``Unavailable``
         (transient; outcome unknown, retry is safe), ``ValueError``/``TypeError`` for input that
         cannot be stored (nothing written).
+
+        A store may also offer ``prepare(mutations) -> None`` (not part of this protocol, looked
+        up by the driver): called with a step's mutations while an earlier commit is still in
+        flight, it may encode them ahead for the ``commit`` of the same list object. It writes
+        nothing and raises nothing; ``commit`` behaves the same whether it ran or not.
         """
         ...
 

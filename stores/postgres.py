@@ -17,8 +17,9 @@ common table expression locks the leader row ``FOR SHARE`` where the epoch still
 caller's; every write in the statement is guarded by that row's presence, and the statement
 returns whether it was found. A stale epoch therefore writes nothing and raises ``Fenced``; a new
 leader's epoch increment waits for an in-flight commit of the old one, so recovery sees it. Task
-rows and status rows travel as one JSON parameter each, schedule rows as arrays (``unnest``): one
-data-modifying expression per kind of row, whatever the number of tasks. New task rows go in with
+rows travel as one array of the table's own row type (binary, nothing for the server to parse),
+status rows as one JSON text, schedule rows as arrays (``unnest``): one data-modifying expression
+per kind of row, whatever the number of tasks. New task rows go in with
 a plain INSERT; only a step committed again (a retry after an unknown outcome), whose tasks exist
 already, takes a second statement that upserts them (see ``_CommitSql``).
 
@@ -35,6 +36,7 @@ must belong to the connecting role.
 from __future__ import annotations
 
 import asyncio
+import collections
 import hashlib
 import json
 import logging
@@ -70,13 +72,9 @@ log = logging.getLogger("cronoq.stores.postgres")
 
 _SCHEMA_NAME = re.compile(r"[A-Za-z0-9_]{1,63}")
 
-_TASK_TYPES = (
-    "bigint", "text", "text", "smallint", "text", "text", "text", "bigint", "bigint", "text",
-    "bigint", "bigint", "bigint", "bigint", "text", "bytea", "bytea", "boolean",
-)  # fmt: skip
 _STATUS_TYPES = E.EVENT_TYPES
 _RECURRING_TYPES = ("text", "text", "text", "bytea", "bigint", "bigint")
-assert len(_TASK_TYPES) == len(R.TASK_COLUMNS) and len(_STATUS_TYPES) == len(R.STATUS_COLUMNS)
+assert len(_STATUS_TYPES) == len(R.STATUS_COLUMNS)
 
 # SQLSTATE classes of failures worth retrying: connection, transaction rollback (serialization,
 # deadlock), insufficient resources, operator intervention (shutdown, cancel).
@@ -218,24 +216,38 @@ def _rows_param(rows: list[list[Any]], blobs: tuple[int, ...]) -> str:
     return _rows_json(rows)
 
 
-def _json_columns(types: Sequence[str], n: int) -> str:
-    """The select list that unpacks element ``e`` of the JSON array parameter ``$n``."""
-    return ", ".join(f"decode(e->>{i}, 'hex')" if t == "bytea" else f"(e->>{i})::{t}" for i, t in enumerate(types))
-
-
-_TASK_BLOBS = tuple(i for i, t in enumerate(_TASK_TYPES) if t == "bytea")
 _STATUS_BLOBS = tuple(i for i, t in enumerate(_STATUS_TYPES) if t == "bytea")
 assert R.STATUS_COLUMNS[7] == "output" and _STATUS_BLOBS == (7,)
+
+
+# A step ready to commit: its folded rows, the task rows as the parameter asyncpg takes (None
+# without any) and the status rows as the JSON text of the event log (None without any).
+_EncodedStep = tuple[R.Batch, list[tuple[Any, ...]] | None, str | None]
+
+
+def _encode(mutations: Sequence[Mutation], codec: Codec) -> _EncodedStep:
+    """Fold and encode a step (raises ValueError/TypeError for what cannot be stored)."""
+    batch = R.fold(mutations, codec)
+    # Tuples: asyncpg takes a list inside the array for another dimension, a tuple for a row.
+    task_rows = list(map(tuple, batch.tasks)) if batch.tasks else None
+    status_text = _rows_param(batch.statuses, _STATUS_BLOBS) if batch.statuses else None
+    return batch, task_rows, status_text
 
 
 class _CommitSql:
     """Builds the single statement of a commit; one text per combination of row kinds.
 
-    Task rows and status rows, the bulk of every step, travel as one ``jsonb`` parameter each,
-    bytea columns in hex: one text that ``json`` encodes in C, instead of one array per column
-    whose elements asyncpg checks and encodes one by one. Both are arrays of row arrays, unpacked
-    with ``jsonb_array_elements``; status rows are appended to the event log (see ``_pg_events``)
-    under the commit's ``seq``, as they are. The rarer schedule rows keep one array per column.
+    Task rows, the bulk of every step with the status rows, travel as ONE array of the task
+    table's row type (``cronoq_tasks[]``), which asyncpg encodes in binary, row by row in C, and
+    the server reads without parsing anything: measured, about half the server's work per row of
+    the earlier ``jsonb`` array of row arrays (parsed, then every field extracted and cast), for
+    a quarter more on the client (asyncpg's checks of each row). One array per column would cost
+    the client far more (asyncpg checks and encodes each element through Python). The row type
+    follows the table, so a migration that adds a column to ``cronoq_tasks`` must add it to
+    ``TASK_COLUMNS`` too (same order).
+    Status rows travel as one compact JSON text (bytea in hex), appended to the event log (see
+    ``_pg_events``) under the commit's ``seq`` as they are. The rarer schedule rows keep one
+    array per column.
 
     Task rows are new in all but a repeated commit (a retry of a commit whose outcome was unknown),
     so they go in with a plain INSERT, cheaper for the server than an upsert's speculative
@@ -257,21 +269,22 @@ class _CommitSql:
             sql = self._cache[shape] = self._text(shape)
         return sql
 
-    def build(self, epoch: int, batch: R.Batch, seq: int) -> tuple[str, list[Any], tuple[bool, ...]]:
+    def build(self, epoch: int, step: _EncodedStep, seq: int) -> tuple[str, list[Any], tuple[bool, ...]]:
+        batch, task_rows, status_text = step
         shape = (
-            bool(batch.tasks),
-            bool(batch.statuses),
+            task_rows is not None,
+            status_text is not None,
             bool(batch.recurring),
             bool(batch.deleted),
             batch.max_id is not None,
             False,  # upsert task rows
         )
         args: list[Any] = [epoch]
-        if batch.tasks:
-            args.append(_rows_param(batch.tasks, _TASK_BLOBS))
-        if batch.statuses:
+        if task_rows is not None:
+            args.append(task_rows)
+        if status_text is not None:
             args.append(seq)
-            args.append(_rows_param(batch.statuses, _STATUS_BLOBS))
+            args.append(status_text)
         if batch.recurring:
             args.extend(list(col) for col in zip(*batch.recurring, strict=True))
         if batch.deleted:
@@ -296,9 +309,10 @@ class _CommitSql:
         if has_tasks:
             n += 1
             sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in R.TASK_COLUMNS if c != "id")
+            cols = ", ".join(R.TASK_COLUMNS)
             parts.append(
-                f"ins AS (INSERT INTO {s}.cronoq_tasks ({', '.join(R.TASK_COLUMNS)})"
-                f" SELECT {_json_columns(_TASK_TYPES, n)} FROM jsonb_array_elements(${n}::jsonb) AS e"
+                f"ins AS (INSERT INTO {s}.cronoq_tasks ({cols})"
+                f" SELECT {cols} FROM unnest(${n}::{s}.cronoq_tasks[])"
                 f" WHERE {guard}{f' ON CONFLICT (id) DO UPDATE SET {sets}' if upsert else ''})"
             )
         if has_statuses:
@@ -391,6 +405,8 @@ class PostgresStore:
         self._last_seq: int | None = None  # seq of the last commit that succeeded
         self._unfolded = 0  # events appended since the last compaction started
         self._compactor: asyncio.Task[None] | None = None
+        # Steps encoded ahead by ``prepare``, oldest first, with the mutation list they came from.
+        self._prepared: collections.deque[tuple[Sequence[Mutation], _EncodedStep]] = collections.deque(maxlen=4)
 
     @property
     def epoch(self) -> int | None:
@@ -619,6 +635,7 @@ class PostgresStore:
 
     async def release_leadership(self) -> None:
         epoch, self._epoch = self._epoch, None
+        self._prepared.clear()
         task, self._keeper = self._keeper, None
         if task is not None:
             task.cancel()
@@ -638,17 +655,38 @@ class PostgresStore:
 
     # -- writes --------------------------------------------------------------------------------
 
+    def prepare(self, mutations: Sequence[Mutation]) -> None:
+        """Encode a step now, for its ``commit`` to use (see ``Store``): the driver calls this
+        while the previous step's commit is in flight, when the process has nothing else to do,
+        so that the commit of this one starts sooner. Writes nothing; what cannot be encoded is
+        left for ``commit`` to refuse."""
+        try:
+            self._prepared.append((mutations, _encode(mutations, self.codec)))
+        except (ValueError, TypeError):
+            return
+
+    def _take_prepared(self, mutations: Sequence[Mutation]) -> _EncodedStep | None:
+        prepared = self._prepared
+        for entry in prepared:
+            if entry[0] is mutations:
+                prepared.remove(entry)
+                return entry[1]
+        return None
+
     async def commit(self, epoch: int, mutations: Sequence[Mutation]) -> None:
         await self.open()
         if self._epoch is None or epoch != self._epoch:
             raise Fenced(f"epoch {epoch} is not held by this store (current: {self._epoch})")
-        batch = R.fold(mutations, self.codec)
+        step = self._take_prepared(mutations) if self._prepared else None
+        if step is None:
+            step = _encode(mutations, self.codec)
+        batch = step[0]
         loop = asyncio.get_running_loop()
         async with self._commit_lock:
             # Numbered under the lock, so that the log orders commits as they were applied.
             self._commits += 1
             seq = E.commit_seq(epoch, self._commits)
-            sql, args, shape = self._sql.build(epoch, batch, seq)
+            sql, args, shape = self._sql.build(epoch, step, seq)
             deadline = loop.time() + self.commit_timeout
             try:
                 async with self._pool.acquire(timeout=self.commit_timeout) as conn:

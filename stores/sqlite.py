@@ -19,6 +19,7 @@ WAL journal mode; ``synchronous=FULL`` with ``full_sync`` (the default), else ``
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import logging
 import os
@@ -211,6 +212,8 @@ class SqliteStore:
         self._inflight_lock = threading.Lock()
         self._open_lock = asyncio.Lock()
         self._commit_lock = asyncio.Lock()
+        # Steps folded ahead by ``prepare``, oldest first, with the mutation list they came from.
+        self._prepared: collections.deque[tuple[Sequence[Mutation], R.Batch]] = collections.deque(maxlen=4)
         self._opened = False
         self._closed = False
         self._epoch: int | None = None
@@ -398,6 +401,7 @@ class SqliteStore:
 
     async def release_leadership(self) -> None:
         epoch, self._epoch = self._epoch, None
+        self._prepared.clear()
         self._stop_renewer()
         if epoch is None or self._conn is None:
             return
@@ -420,11 +424,30 @@ class SqliteStore:
 
     # -- writes --------------------------------------------------------------------------------
 
+    def prepare(self, mutations: Sequence[Mutation]) -> None:
+        """Fold a step now, for its ``commit`` to use (see ``Store``): the driver calls this while
+        the previous commit runs on the database thread, so that this one gets there sooner.
+        Writes nothing; what cannot be stored is left for ``commit`` to refuse."""
+        try:
+            self._prepared.append((mutations, R.fold(mutations, self.codec)))
+        except (ValueError, TypeError):
+            return
+
+    def _take_prepared(self, mutations: Sequence[Mutation]) -> R.Batch | None:
+        prepared = self._prepared
+        for entry in prepared:
+            if entry[0] is mutations:
+                prepared.remove(entry)
+                return entry[1]
+        return None
+
     async def commit(self, epoch: int, mutations: Sequence[Mutation]) -> None:
         await self.open()
         if self._epoch is None or epoch != self._epoch:
             raise Fenced(f"epoch {epoch} is not held by this store (current: {self._epoch})")
-        batch = R.fold(mutations, self.codec)
+        batch = self._take_prepared(mutations) if self._prepared else None
+        if batch is None:
+            batch = R.fold(mutations, self.codec)
         token = object()
         async with self._commit_lock:
             try:

@@ -391,6 +391,37 @@ async def test_commit_is_idempotent(backend: Backend) -> None:
     assert len(again.tasks) == 1 and len(again.recurring) == 1
 
 
+async def test_steps_prepared_ahead_commit_as_they_would_without(backend: Backend) -> None:
+    # The driver hands a step to the store's optional ``prepare`` while the commit before it is
+    # in flight; a store without the hook just commits (and must then give the same result).
+    store, epoch = await leader(backend)
+    prepare = getattr(store, "prepare", lambda mutations: None)
+    steps: list[list[Mutation]] = [
+        [put(1, rich_spec()), put(2), SetStatus(2, TaskStatus.RUNNING, 1, T0 + 1)],
+        [SetStatus(1, TaskStatus.RUNNING, 1, T0 + 2), put(3, TaskSpec(key="three"))],
+        [finish(1, T0 + 3, output={"answer": 42}, has_output=True), finish(2, T0 + 3, TaskStatus.FAILED, message="x")],
+    ]
+    prepare(steps[0])
+    for done, step in enumerate(steps):
+        if done + 1 < len(steps):
+            prepare(steps[done + 1])  # prepared before the one ahead of it commits
+        await store.commit(epoch, step)
+    rec = by_id((await backend.open().recover(T0 + 4)).tasks)
+    assert sorted(rec) == [1, 2, 3]
+    assert (rec[1].status, rec[1].started_at, rec[1].finished_at) == (TaskStatus.SUCCEEDED, T0 + 2, T0 + 3)
+    assert rec[1].record.spec == rich_spec()
+    assert (rec[2].status, rec[2].message, rec[2].started_at) == (TaskStatus.FAILED, "x", T0 + 1)
+    assert (rec[3].status, rec[3].record.spec.key) == (TaskStatus.READY, "three")
+    assert await store.load_output(1) == (True, {"answer": 42})
+
+    # A step that cannot be stored is refused by its commit, prepared or not, and writes nothing.
+    bad: list[Mutation] = [put(4), put(5, TaskSpec(key="a\0b"))]
+    prepare(bad)
+    with pytest.raises(ValueError, match="NUL"):
+        await store.commit(epoch, bad)
+    assert sorted(by_id((await backend.open().recover(T0 + 4)).tasks)) == [1, 2, 3]
+
+
 async def test_terminal_tasks_outside_retention(backend: Backend) -> None:
     store, epoch = await leader(backend)
     old = T0 - 3 * HOUR

@@ -1,4 +1,5 @@
-"""Postgres commit statements: their plans stay on the primary key, and a repeated step upserts."""
+"""Postgres commit statements: their plans stay on the primary key, a repeated step upserts, and
+a step encoded ahead (``prepare``) commits as it would have without."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from cronoq.engine.actions import Mutation, PutTask, SetStatus, TaskRecord
 from cronoq.engine.types import TaskSpec, TaskStatus
 from cronoq.stores import _pg_events as E
 from cronoq.stores import _rows as R
+from cronoq.stores import postgres as P
 from cronoq.stores.postgres import PostgresStore
 
 T0 = 1_700_000_000_000_000_000
@@ -28,7 +30,7 @@ async def store(postgres_dsn: str, pg_schema: str) -> AsyncIterator[PostgresStor
 
 async def generic_plan(store: PostgresStore, epoch: int, step: list[Mutation]) -> str:
     """The plan Postgres caches for the step's statement once it stops planning per call."""
-    sql, args, _ = store._sql.build(epoch, R.fold(step, store.codec), E.commit_seq(epoch, 1))
+    sql, args, _ = store._sql.build(epoch, P._encode(step, store.codec), E.commit_seq(epoch, 1))
     async with store._pool.acquire() as conn, conn.transaction():
         await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
         return "\n".join(row[0] for row in await conn.fetch("EXPLAIN " + sql, *args))
@@ -106,3 +108,49 @@ async def test_pruning_finds_finished_tasks_through_their_index(store: PostgresS
             )
         )
     assert "cronoq_tasks_finished_idx" in plan, plan
+
+
+async def test_a_step_prepared_ahead_commits_the_same_rows(store: PostgresStore) -> None:
+    epoch = await store.acquire_leadership()
+    first: list[Mutation] = [put(1), put(2), SetStatus(2, TaskStatus.RUNNING, 1, T0 + 1)]
+    second: list[Mutation] = [SetStatus(1, TaskStatus.RUNNING, 1, T0 + 2), put(3)]
+    third: list[Mutation] = [SetStatus(1, TaskStatus.SUCCEEDED, 1, T0 + 3, output="out", has_output=True)]
+    # The driver prepares a step while the one before is in flight: the prepared ones are taken
+    # by their own commit (the same list object), in order, and a step nobody prepared still goes.
+    store.prepare(first)
+    store.prepare(second)
+    await store.commit(epoch, first)
+    await store.commit(epoch, second)
+    await store.commit(epoch, third)
+    assert not store._prepared
+    rec = await store.recover(T0)
+    assert [(t.record.id, t.status, t.attempt) for t in rec.tasks] == [
+        (1, TaskStatus.SUCCEEDED, 1),
+        (2, TaskStatus.RUNNING, 1),
+        (3, TaskStatus.READY, 0),
+    ]
+    assert await store.load_output(1) == (True, "out")
+
+
+async def test_a_step_that_cannot_be_stored_is_refused_by_its_commit_even_when_prepared(
+    store: PostgresStore,
+) -> None:
+    epoch = await store.acquire_leadership()
+    nul_key = TaskRecord(2, "default", TaskSpec(payload=1, key="a\0b"), T0, TaskStatus.READY, 3)
+    bad: list[Mutation] = [put(1), PutTask(nul_key)]
+    store.prepare(bad)  # raises nothing: the commit is where the refusal belongs
+    with pytest.raises(ValueError, match="NUL"):
+        await store.commit(epoch, bad)
+    assert (await store.recover(T0)).tasks == []
+
+
+async def test_task_rows_travel_in_the_order_of_the_tables_own_row_type(store: PostgresStore) -> None:
+    # Task rows are sent as an array of cronoq_tasks rows, field by field in TASK_COLUMNS order.
+    await store.open()
+    async with store._pool.acquire() as conn:
+        columns = await conn.fetch(
+            "SELECT attname FROM pg_attribute WHERE attrelid = $1::regclass AND attnum > 0"
+            " AND NOT attisdropped ORDER BY attnum",
+            f"{store._s}.cronoq_tasks",
+        )
+    assert tuple(c[0] for c in columns) == R.TASK_COLUMNS

@@ -217,6 +217,13 @@ async def test_upgrade_from_v2_keeps_the_rows(
         "SELECT indexdef FROM pg_indexes WHERE schemaname = $1 AND indexname = 'cronoq_tasks_finished_idx'", pg_schema
     )
     assert indexdef.endswith("WHERE (finished_at IS NOT NULL)"), indexdef
+    # New tasks go into the upgraded table as rows of its own type (the commit's encoding).
+    await store.commit(epoch, [put(6, TaskSpec(payload=[6], key="six", tags={"t": "v"}))])
+    rec = await make(stores, postgres_dsn, pg_schema).recover(T0 + 3)
+    new = rec.tasks[-1]
+    assert (new.record.id, new.record.spec.payload, new.record.spec.key, new.record.spec.tags) == (
+        6, [6], "six", {"t": "v"},
+    )  # fmt: skip
 
 
 def test_event_order_follows_commits_and_leaders() -> None:
