@@ -2,10 +2,10 @@
 
 A forwarded call costs the forwarding node a full gRPC client call on top of the server call it
 answers, about as much CPU as the owning shard spends accepting the task. Under load most of that
-is avoidable: while one forwarded Submit to a peer is in flight, later Submits for the same peer
-and the same credentials wait in a lane, and when it returns they leave together as one
-SubmitBatch (up to a size and byte budget). With no load nothing waits: the first Submit of an
-idle lane is sent at once, as a plain Submit.
+is avoidable: Submits for the same peer with the same credentials share a lane that keeps at most
+``calls_per_lane`` calls in flight; a Submit that finds them all busy waits, and when one returns
+the waiting Submits leave together as one SubmitBatch (up to a size and byte budget). With no load
+nothing waits: a Submit that finds a free call is sent at once, as a plain Submit.
 
 The answer each caller gets is the one a Submit of its own would have got:
 
@@ -54,19 +54,20 @@ _Waiting = tuple[pb.SubmitRequest, "asyncio.Future[pb.SubmitResponse]"]
 
 @dataclass(slots=True)
 class _Lane:
-    """Submits for one (peer, credentials): whether one is in flight, and who waits behind it."""
+    """Submits for one (peer, credentials): how many calls are in flight, and who waits."""
 
     send_one: SendOne
     send_batch: SendBatch
-    sending: bool = False
+    in_flight: int = 0
     waiting: list[_Waiting] = field(default_factory=list)
 
 
 class SubmitCoalescer:
     """Sends Submits through per-key lanes; see the module docstring."""
 
-    def __init__(self, *, max_tasks: int, max_bytes: int, status_of: StatusOf) -> None:
+    def __init__(self, *, max_tasks: int, max_bytes: int, status_of: StatusOf, calls_per_lane: int = 2) -> None:
         self.max_tasks = max(1, max_tasks)
+        self.calls_per_lane = max(1, calls_per_lane)
         self.max_bytes = max(1, max_bytes)
         self._status_of = status_of
         self._lanes: dict[Hashable, _Lane] = {}
@@ -79,25 +80,27 @@ class SubmitCoalescer:
         lane = self._lanes.get(key)
         if lane is None:
             lane = self._lanes[key] = _Lane(send_one, send_batch)
-        if lane.sending:
+        if lane.in_flight >= self.calls_per_lane:
             future: asyncio.Future[pb.SubmitResponse] = asyncio.get_running_loop().create_future()
             lane.waiting.append((request, future))
             return await future
-        lane.sending = True
+        lane.in_flight += 1
         try:
             return await lane.send_one(request)
         finally:
             self._after_send(lane)
 
     def _after_send(self, lane: _Lane) -> None:
+        """A call of the lane returned: it carries the waiting Submits on, or is freed."""
         if not lane.waiting:
-            lane.sending = False
+            lane.in_flight -= 1
             return
         flusher = asyncio.get_running_loop().create_task(self._flush(lane), name="cronoq-forward-batch")
         self._flushers.add(flusher)
         flusher.add_done_callback(self._flushers.discard)
 
     async def _flush(self, lane: _Lane) -> None:
+        group: list[_Waiting] = []
         try:
             while lane.waiting:
                 group = self._take(lane)
@@ -105,11 +108,13 @@ class SubmitCoalescer:
                     await self._answer_alone(lane, *group[0])
                 elif group:
                     await self._answer_together(lane, group)
-        finally:
-            lane.sending = False
-            for _, future in lane.waiting:  # only when cancelled at shutdown
+        except asyncio.CancelledError:  # shutting down: nobody is left to answer these callers
+            for _, future in [*group, *lane.waiting]:
                 future.cancel()
             lane.waiting.clear()
+            raise
+        finally:
+            lane.in_flight -= 1
 
     def _take(self, lane: _Lane) -> list[_Waiting]:
         """The next requests to send, in arrival order, within the batch budget."""

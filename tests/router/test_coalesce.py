@@ -40,8 +40,8 @@ class Peer:
         return pb.SubmitBatchResponse(tasks=[self._admit(task) for task in request.tasks])
 
 
-def coalescer(max_tasks: int = 100) -> SubmitCoalescer:
-    return SubmitCoalescer(max_tasks=max_tasks, max_bytes=1 << 20, status_of=status_of)
+def coalescer(max_tasks: int = 100, calls_per_lane: int = 1) -> SubmitCoalescer:
+    return SubmitCoalescer(max_tasks=max_tasks, max_bytes=1 << 20, status_of=status_of, calls_per_lane=calls_per_lane)
 
 
 async def submit_all(c: SubmitCoalescer, peer: Peer, specs: list[pb.TaskSpec]) -> list[object]:
@@ -107,3 +107,22 @@ async def test_lanes_are_separate() -> None:
     requests = [c.submit(f"lane{i % 2}", pb.SubmitRequest(task=pb.TaskSpec()), peer.one, peer.batch) for i in range(6)]
     await asyncio.gather(*requests)
     assert sorted(peer.calls) == [1, 1, 2, 2]
+
+
+async def test_a_lane_keeps_several_calls_in_flight() -> None:
+    peer = Peer()
+    answers = await submit_all(coalescer(calls_per_lane=3), peer, [pb.TaskSpec() for _ in range(50)])
+    assert peer.calls == [1, 1, 1, 47]  # three sent at once; the rest leave with the first to return
+    assert len({answer.id for answer in answers}) == 50  # type: ignore[attr-defined]
+
+
+async def test_closing_cancels_callers_still_waiting() -> None:
+    peer = Peer()
+    c = coalescer()
+    calls = [asyncio.ensure_future(c.submit("lane", pb.SubmitRequest(task=pb.TaskSpec()), peer.one, peer.batch))
+             for _ in range(4)]  # fmt: skip
+    await asyncio.sleep(0.015)  # the first returned; the other three are in a batch in flight
+    await c.close()
+    outcomes = await asyncio.gather(*calls, return_exceptions=True)
+    assert isinstance(outcomes[0], pb.SubmitResponse)
+    assert all(isinstance(outcome, asyncio.CancelledError) for outcome in outcomes[1:])
