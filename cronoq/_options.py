@@ -362,6 +362,8 @@ class Task:
 
     __slots__ = ("_options", "key", "payload")
 
+    _options: Mapping[str, Any]
+
     def __init__(
         self,
         payload: Any,
@@ -388,6 +390,16 @@ class Task:
     ) -> None:
         self.payload = payload
         self.key = key
+        if (
+            priority is None and pool is None and kind is None and key is None and deadline_in is None
+            and deadline_at is None and start_in is None and start_at is None and tolerance is None
+            and on_miss is None and duration_hint is None and timeout is None and retry is None
+            and after is None and deps is None and resources is None and tags is None and labels is None
+            and tenant is None
+        ):  # fmt: skip
+            # The common case (a bare payload): skip building and filtering the options dict.
+            self._options = _NO_OPTIONS
+            return
         options: dict[str, Any] = {
             "priority": priority, "pool": pool, "kind": kind, "key": key, "deadline_in": deadline_in,
             "deadline_at": deadline_at, "start_in": start_in, "start_at": start_at, "tolerance": tolerance,
@@ -395,14 +407,21 @@ class Task:
             "after": after, "deps": deps, "resources": resources, "tags": tags, "labels": labels,
             "tenant": tenant,
         }
-        self._options: dict[str, Any] = {name: value for name, value in options.items() if value is not None}
+        self._options = {name: value for name, value in options.items() if value is not None}
 
     def to_spec(self, now: int, *, trace: bool = True) -> et.TaskSpec:
         """The engine spec of this task, with relative times counted from ``now`` (ns)."""
-        return build_spec(self.payload, now, trace=trace, **self._options)
+        options = self._options
+        if not options:
+            return plain_spec(self.payload, trace)
+        return build_spec(self.payload, now, trace=trace, **options)
 
     def __repr__(self) -> str:
         return f"Task({self.payload!r}, key={self.key!r})"
+
+
+_NO_OPTIONS: Mapping[str, Any] = {}
+"""The options of a task submitted with none set (shared, never mutated)."""
 
 
 TASK_OPTIONS = frozenset(
@@ -487,6 +506,14 @@ def build_spec(
     W3C ``traceparent`` of the caller's active OpenTelemetry span becomes a tag, unless the
     caller set that tag.
     """
+    if (
+        priority is None and pool is None and kind is None and key is None and deadline_in is None
+        and deadline_at is None and start_in is None and start_at is None and tolerance is None
+        and on_miss is None and duration_hint is None and timeout is None and retry is None
+        and after is None and deps is None and resources is None and tags is None and labels is None
+        and tenant is None
+    ):  # fmt: skip
+        return plain_spec(payload, trace)
     try:
         spec = _build_spec(
             payload, now, priority, pool, kind, key, deadline_in, deadline_at, start_in, start_at, tolerance,
@@ -500,6 +527,23 @@ def build_spec(
         traceparent = current_traceparent()
         if traceparent is not None:
             spec.tags = {**spec.tags, TRACEPARENT: traceparent}
+    return spec
+
+
+def plain_spec(payload: Any, trace: bool = True) -> et.TaskSpec:
+    """The spec of a task with every option at its default: what ``build_spec`` returns when
+    given none, without validating options that are all absent.
+
+    The empty maps are the engine's shared constants (nothing mutates a spec's maps in place).
+    """
+    spec = et.TaskSpec(
+        payload, None, "default", Priority.NORMAL, None, None, None, None, None, None, (),
+        et.EMPTY_INT_MAP, et.EMPTY_STR_MAP, et.EMPTY_STR_MAP, None,
+    )  # fmt: skip
+    if trace:
+        traceparent = current_traceparent()
+        if traceparent is not None:
+            spec.tags = {TRACEPARENT: traceparent}
     return spec
 
 

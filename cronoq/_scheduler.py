@@ -44,7 +44,7 @@ from cronoq.engine import (
 from cronoq.engine import StatusEvent as EngineEvent
 from cronoq.engine.types import NS_PER_S, MissPolicy
 from cronoq.shard.driver import Driver, NotLeader, ShuttingDown, StoreUnavailable
-from cronoq.stores.base import Codec, JsonCodec, Store
+from cronoq.stores.base import Codec, JsonCodec, Store, json_bytes
 
 from . import _otel
 from ._options import (
@@ -58,6 +58,7 @@ from ._options import (
     TaskRefLike,
     TimeLike,
     build_spec,
+    plain_spec,
     seconds_to_ns,
 )
 from .errors import (
@@ -196,39 +197,70 @@ class TaskContext:
     capacity group it runs on, ``timeout`` the per-attempt timeout in seconds.
     """
 
-    __slots__ = (
-        "_cancelled",
-        "_deadline",
-        "_lease_id",
-        "_sched",
-        "attempt",
-        "group",
-        "id",
-        "key",
-        "kind",
-        "pool",
-        "tags",
-        "timeout",
-    )
+    # Built once per attempt, so it only keeps the lease: the fields are read from it when asked
+    # for, and the two dicts (copies, so an executor cannot change the engine's) on first use.
+    __slots__ = ("_cancelled", "_group", "_lease", "_sched", "_tags", "_task")
 
     def __init__(self, sched: Scheduler, lease: Dispatch) -> None:
         self._sched = sched
-        self._lease_id = lease.id
-        self.id: int = lease.task_id
-        self.attempt: int = lease.attempt
-        self.kind: str = lease.kind
-        self.key: str | None = lease.key
-        self.pool: str = lease.pool
-        self.tags: dict[str, str] = dict(lease.tags)
-        self.group: dict[str, str] = dict(lease.group)
-        self.timeout: float | None = lease.timeout / NS_PER_S if lease.timeout is not None else None
-        self._deadline = lease.deadline
+        self._lease = lease
         self._cancelled = False
+        self._tags: dict[str, str] | None = None
+        self._group: dict[str, str] | None = None
+        self._task: asyncio.Task[None] | None = None  # the attempt's asyncio task, once spawned
+
+    @property
+    def id(self) -> int:
+        """The task's id."""
+        return self._lease.task_id
+
+    @property
+    def attempt(self) -> int:
+        """This attempt's number, 1 for the first; never repeats for a task."""
+        return self._lease.attempt
+
+    @property
+    def kind(self) -> str:
+        """The task's kind."""
+        return self._lease.kind
+
+    @property
+    def key(self) -> str | None:
+        """The task's idempotency key, if it has one."""
+        return self._lease.key
+
+    @property
+    def pool(self) -> str:
+        """The pool the attempt runs in."""
+        return self._lease.pool
+
+    @property
+    def tags(self) -> dict[str, str]:
+        """The task's tags (the same dict on every access)."""
+        tags = self._tags
+        if tags is None:
+            tags = self._tags = dict(self._lease.tags)
+        return tags
+
+    @property
+    def group(self) -> dict[str, str]:
+        """The labels of the capacity group the attempt runs on (the same dict on every access)."""
+        group = self._group
+        if group is None:
+            group = self._group = dict(self._lease.group)
+        return group
+
+    @property
+    def timeout(self) -> float | None:
+        """The per-attempt timeout in seconds, if any."""
+        timeout = self._lease.timeout
+        return timeout / NS_PER_S if timeout is not None else None
 
     @property
     def deadline(self) -> float | None:
         """The task's deadline as Unix seconds, if it has one."""
-        return self._deadline / NS_PER_S if self._deadline is not None else None
+        deadline = self._lease.deadline
+        return deadline / NS_PER_S if deadline is not None else None
 
     def is_cancelled(self) -> bool:
         """Whether the engine aborted this attempt (cancellation, timeout, lost lease, shutdown).
@@ -243,7 +275,7 @@ class TaskContext:
 
         Safe to call from a plain (sync) executor's thread as well as from the event loop.
         """
-        lease_id = self._lease_id
+        lease_id = self._lease.id
         self._sched._post_threadsafe(lambda core, now: core.heartbeat(now, lease_id))
 
     def __repr__(self) -> str:
@@ -303,10 +335,6 @@ class _Encoded:
     def __init__(self, value: Any, data: bytes) -> None:
         self.value = value
         self.data = data
-
-
-def _plain(value: Any) -> Any:
-    return value.value if type(value) is _Encoded else value
 
 
 class _Unstored:
@@ -409,6 +437,15 @@ class Scheduler:
             raise TypeError("codec must have encode(obj) -> bytes and decode(bytes) methods")
         self._store = store
         self._codec: Codec = codec if codec is not None else JsonCodec()
+        # The default codec's function called directly (one call less per payload and output).
+        self._encode: Callable[[Any], bytes] = json_bytes if type(self._codec) is JsonCodec else self._codec.encode
+        # What a finished attempt that returned None reports, built once: executors with nothing
+        # to return are the common case. None when a custom codec must encode each None itself.
+        self._none_success: Success | None = None
+        if store is None:
+            self._none_success = Success(None)
+        elif type(self._codec) is JsonCodec:
+            self._none_success = Success(_Encoded(None, json_bytes(None)))
         if store is not None and hasattr(store, "codec"):
             store.codec = _StoreCodec(self._codec)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -416,7 +453,7 @@ class Scheduler:
         self._driver: Driver | None = None
         self._handles: dict[int, list[asyncio.Future[Any]]] = {}
         self._outputs: OrderedDict[int, Any] = OrderedDict()
-        self._running: dict[int, tuple[TaskContext, asyncio.Task[None] | None]] = {}
+        self._running: dict[int, TaskContext] = {}  # by lease id
         self._streams: set[EventStream] = set()
         self._space_generation = 0
         self._space_waiters: list[asyncio.Future[None]] = []
@@ -528,8 +565,9 @@ class Scheduler:
 
     def _cancel_all_attempts(self) -> list[asyncio.Task[None]]:
         cancelled = []
-        for ctx, task in list(self._running.values()):
+        for ctx in list(self._running.values()):
             ctx._cancelled = True
+            task = ctx._task
             if task is not None and not task.done():
                 task.cancel()
                 cancelled.append(task)
@@ -595,7 +633,7 @@ class Scheduler:
         is stored, and the bytes travel with the task so the store does not encode again."""
         if self._store is None:
             return payload
-        return _Encoded(payload, self._codec.encode(payload))
+        return _Encoded(payload, self._encode(payload))
 
     async def submit(
         self,
@@ -698,14 +736,20 @@ class Scheduler:
         """
         self._driver_or_raise()
         now = time.time_ns()
+        tracing = self._tracing
+        encode = self._encode if self._store is not None else None
         specs = []
         for index, task in enumerate(tasks):
             if not isinstance(task, Task):
                 raise TypeError(f"task {index}: submit_batch takes cronoq.Task objects")
             try:
-                stored = self._check_payload(task.payload)
-                spec = task.to_spec(now, trace=self._tracing)
-                spec.payload = stored
+                payload = task.payload
+                stored = _Encoded(payload, encode(payload)) if encode is not None else payload
+                if not task._options:  # a bare payload: nothing to validate or convert
+                    spec = plain_spec(stored, tracing)
+                else:
+                    spec = task.to_spec(now, trace=tracing)
+                    spec.payload = stored
                 specs.append(spec)
             except InvalidTaskOption as err:
                 raise InvalidTaskOption(f"task {index}: {err.message}") from None
@@ -717,10 +761,32 @@ class Scheduler:
 
         def command(core: Core, now: int) -> list[_Attached]:
             results = core.submit_batch(now, specs)
-            return [self._attach(core, r.id, r.duplicate, f) for r, f in zip(results, futures, strict=True)]
+            # ``_attach`` for each task, inlined: this runs once per task of every batch.
+            ended = core.ended
+            handles = self._handles
+            attached: list[_Attached] = []
+            for result, future in zip(results, futures, strict=True):
+                task_id = result.id
+                end = ended(task_id)
+                if end is not None:
+                    attached.append((task_id, result.duplicate, end[0], end[1]))
+                    continue
+                waiting = handles.get(task_id)
+                if waiting is None:
+                    handles[task_id] = [future]
+                else:
+                    waiting.append(future)
+                attached.append((task_id, result.duplicate, None, None))
+            return attached
 
         outcomes: list[_Attached] = await self._admit(command)
-        return [await self._handle_for(attached, future) for attached, future in zip(outcomes, futures, strict=True)]
+        handles = []
+        for attached, future in zip(outcomes, futures, strict=True):
+            if attached[2] is None:  # still live: no output to look up, so no coroutine needed
+                handles.append(TaskHandle(self, attached[0], attached[1], future))
+            else:
+                handles.append(await self._handle_for(attached, future))
+        return handles
 
     async def _admit(self, command: Callable[[Core, int], Any]) -> Any:
         """Run a submission; when a pool with overflow 'wait' is full, wait for room and retry."""
@@ -915,43 +981,53 @@ class Scheduler:
         assert loop is not None
         running = self._running
         executors = self._executors
+        attempt = self._attempt
         for lease in leases:
             executor, is_async = executors[lease.pool]
             ctx = TaskContext(self, lease)
-            running[lease.id] = (ctx, None)
-            task = _spawn(loop, self._attempt(lease, ctx, executor, is_async))
-            if lease.id in running:  # an eager start may already have finished it
-                running[lease.id] = (ctx, task)
+            running[lease.id] = ctx
+            # Set after the spawn: an eager start may already have finished (and forgotten) it.
+            ctx._task = _spawn(loop, attempt(ctx, executor, is_async))
 
-    async def _attempt(self, lease: Dispatch, ctx: TaskContext, executor: Callable[..., Any], is_async: bool) -> None:
+    async def _attempt(self, ctx: TaskContext, executor: Callable[..., Any], is_async: bool) -> None:
+        lease = ctx._lease
+        payload = lease.payload
+        if type(payload) is _Encoded:
+            payload = payload.value
         otel = self._otel
         try:
             if otel is None:
-                result = await _invoke(executor, is_async, ctx, _plain(lease.payload))
+                if is_async:  # awaited right here: one coroutine less per attempt than _invoke
+                    result = await executor(ctx, payload)
+                else:
+                    result = await _invoke(executor, False, ctx, payload)
             else:
                 with otel.attempt_span(lease):
-                    result = await _invoke(executor, is_async, ctx, _plain(lease.payload))
+                    result = await _invoke(executor, is_async, ctx, payload)
         except BaseException as error:
             self._failed(lease.id, error)
             return
         self._finished(lease.id, result)
 
     def _finished(self, lease_id: int, output: Any) -> None:
-        entry = self._running.pop(lease_id, None)
-        if entry is None or entry[0]._cancelled:
+        ctx = self._running.pop(lease_id, None)
+        if ctx is None or ctx._cancelled:
             return  # aborted (timeout, cancellation, lost lease): the engine already moved on
+        if output is None and self._none_success is not None:
+            self._report(lease_id, self._none_success)
+            return
         if self._store is not None:
             try:
-                output = _Encoded(output, self._codec.encode(output))
+                output = _Encoded(output, self._encode(output))
             except Exception as err:
                 log.warning("the result of task %d cannot be stored (%s); it is not kept across restarts",
-                            entry[0].id, err)
+                            ctx.id, err)
                 output = _Unstored(output)
         self._report(lease_id, Success(output))
 
     def _failed(self, lease_id: int, error: BaseException) -> None:
-        entry = self._running.pop(lease_id, None)
-        if entry is None or entry[0]._cancelled:
+        ctx = self._running.pop(lease_id, None)
+        if ctx is None or ctx._cancelled:
             if isinstance(error, KeyboardInterrupt | SystemExit):
                 raise error
             return
@@ -984,11 +1060,11 @@ class Scheduler:
 
     def _abort(self, aborts: Sequence[Abort]) -> None:
         for abort in aborts:
-            entry = self._running.pop(abort.lease_id, None)
-            if entry is None:
+            ctx = self._running.pop(abort.lease_id, None)
+            if ctx is None:
                 continue
-            ctx, task = entry
             ctx._cancelled = True
+            task = ctx._task
             if task is not None and not task.done():
                 task.cancel()
                 if self._closing:
@@ -1001,7 +1077,7 @@ class Scheduler:
         otel = self._otel
         for result in results:
             output = result.output
-            if type(output) is _Unstored or type(output) is _Encoded:
+            if type(output) is _Encoded or type(output) is _Unstored:
                 output = output.value
             if result.has_output:
                 outputs[result.id] = output
