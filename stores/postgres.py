@@ -36,7 +36,6 @@ must belong to the connecting role.
 from __future__ import annotations
 
 import asyncio
-import collections
 import hashlib
 import json
 import logging
@@ -55,6 +54,7 @@ from cronoq.engine.types import NS_PER_S
 from . import _pg_events as E
 from . import _rows as R
 from . import _schema as S
+from ._prepared import PreparedSteps
 from .base import (
     DEFAULT_CODEC,
     Codec,
@@ -406,7 +406,7 @@ class PostgresStore:
         self._unfolded = 0  # events appended since the last compaction started
         self._compactor: asyncio.Task[None] | None = None
         # Steps encoded ahead by ``prepare``, oldest first, with the mutation list they came from.
-        self._prepared: collections.deque[tuple[Sequence[Mutation], _EncodedStep]] = collections.deque(maxlen=4)
+        self._prepared: PreparedSteps[_EncodedStep] = PreparedSteps(lambda mutations: _encode(mutations, self.codec))
 
     @property
     def epoch(self) -> int | None:
@@ -660,24 +660,13 @@ class PostgresStore:
         while the previous step's commit is in flight, when the process has nothing else to do,
         so that the commit of this one starts sooner. Writes nothing; what cannot be encoded is
         left for ``commit`` to refuse."""
-        try:
-            self._prepared.append((mutations, _encode(mutations, self.codec)))
-        except (ValueError, TypeError):
-            return
-
-    def _take_prepared(self, mutations: Sequence[Mutation]) -> _EncodedStep | None:
-        prepared = self._prepared
-        for entry in prepared:
-            if entry[0] is mutations:
-                prepared.remove(entry)
-                return entry[1]
-        return None
+        self._prepared.add(mutations)
 
     async def commit(self, epoch: int, mutations: Sequence[Mutation]) -> None:
         await self.open()
         if self._epoch is None or epoch != self._epoch:
             raise Fenced(f"epoch {epoch} is not held by this store (current: {self._epoch})")
-        step = self._take_prepared(mutations) if self._prepared else None
+        step = self._prepared.take(mutations)
         if step is None:
             step = _encode(mutations, self.codec)
         batch = step[0]

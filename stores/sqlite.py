@@ -19,7 +19,6 @@ WAL journal mode; ``synchronous=FULL`` with ``full_sync`` (the default), else ``
 from __future__ import annotations
 
 import asyncio
-import collections
 import json
 import logging
 import os
@@ -39,6 +38,7 @@ from cronoq.engine.types import NS_PER_S
 
 from . import _rows as R
 from . import _schema as S
+from ._prepared import PreparedSteps
 from .base import (
     DEFAULT_CODEC,
     Codec,
@@ -213,7 +213,7 @@ class SqliteStore:
         self._open_lock = asyncio.Lock()
         self._commit_lock = asyncio.Lock()
         # Steps folded ahead by ``prepare``, oldest first, with the mutation list they came from.
-        self._prepared: collections.deque[tuple[Sequence[Mutation], R.Batch]] = collections.deque(maxlen=4)
+        self._prepared: PreparedSteps[R.Batch] = PreparedSteps(lambda mutations: R.fold(mutations, self.codec))
         self._opened = False
         self._closed = False
         self._epoch: int | None = None
@@ -428,24 +428,13 @@ class SqliteStore:
         """Fold a step now, for its ``commit`` to use (see ``Store``): the driver calls this while
         the previous commit runs on the database thread, so that this one gets there sooner.
         Writes nothing; what cannot be stored is left for ``commit`` to refuse."""
-        try:
-            self._prepared.append((mutations, R.fold(mutations, self.codec)))
-        except (ValueError, TypeError):
-            return
-
-    def _take_prepared(self, mutations: Sequence[Mutation]) -> R.Batch | None:
-        prepared = self._prepared
-        for entry in prepared:
-            if entry[0] is mutations:
-                prepared.remove(entry)
-                return entry[1]
-        return None
+        self._prepared.add(mutations)
 
     async def commit(self, epoch: int, mutations: Sequence[Mutation]) -> None:
         await self.open()
         if self._epoch is None or epoch != self._epoch:
             raise Fenced(f"epoch {epoch} is not held by this store (current: {self._epoch})")
-        batch = self._take_prepared(mutations) if self._prepared else None
+        batch = self._prepared.take(mutations)
         if batch is None:
             batch = R.fold(mutations, self.codec)
         token = object()
