@@ -212,6 +212,7 @@ class ServerApp:
                 log.warning("leadership lost (%s); standing by", service.driver.stop_reason or "unknown")
                 self.api.service = None
                 self.service = None
+                self.http.retire_connections(SHUTDOWN_LINGER_S)  # HTTP clients reconnect, as gRPC ones do
                 await _stop_server(server, SHUTDOWN_LINGER_S)
                 with contextlib.suppress(Exception):
                     await self.store.release_leadership()

@@ -58,7 +58,7 @@ from . import openapi
 from .api import Api
 from .auth import Authenticator, Principal
 from .errors import NOT_LEADER_MESSAGE, ApiError, Code, from_exception
-from .http2 import Demultiplexer, H2Request, Http2Connection, Http2Limits
+from .http2 import Demultiplexer, H2Request, Http2Connection, Http2Limits, retire
 from .http2 import Handler as Http2Handler
 from .json_shapes import (
     EDGE_CONDS,
@@ -83,6 +83,8 @@ log = logging.getLogger("cronoq.server")
 JSON_TYPE = "application/json"
 SHUTDOWN_TIMEOUT_S = 2.0
 """How long closing the gateway waits for requests in flight before cancelling them."""
+NOT_SERVING_LINGER_S = 1.0
+"""A connection accepted while this node does not serve is let go this long after (see ``_add``)."""
 
 _UINT32_MAX = 2**32 - 1
 _UINT64_MAX = 2**64 - 1
@@ -844,16 +846,33 @@ class HttpGateway:
         self._listeners.append(listener)
         limits = Http2Limits(gateway.limits.max_concurrent_streams)
 
+        loop = asyncio.get_running_loop()
+
         def http2() -> Http2Connection:
             connection = Http2Connection(cast(Http2Handler, handler), limits, listener.http2.discard)
             listener.http2.add(connection)
             return connection
 
         def accept() -> Demultiplexer:
-            return Demultiplexer(server, http2, listener.undecided)
+            connection = Demultiplexer(server, http2, listener.undecided)
+            if not gateway.api.serving:
+                # A standby (or a node between leaderships) answers 503 and lets each connection go
+                # about a second after accepting it, so a client that retries reconnects and its
+                # load balancer picks a replica again, as on the gRPC listener.
+                loop.call_later(NOT_SERVING_LINGER_S, connection.retire, SHUTDOWN_TIMEOUT_S)
+            return connection
 
-        loop = asyncio.get_running_loop()
         listener.server = await loop.create_server(accept, sock=sock, ssl=context, backlog=128)
+
+    def retire_connections(self, after_s: float = 1.0) -> None:
+        """After ``after_s``, close every open connection gracefully (see ``http2.retire``): a
+        leader that steps down lets its clients go, so that they reconnect to the new leader."""
+        loop = asyncio.get_running_loop()
+        for listener in self._listeners:
+            for demux in list(listener.undecided):
+                loop.call_later(after_s, demux.retire, SHUTDOWN_TIMEOUT_S)
+            for protocol in [*listener.runner.server.connections, *listener.http2]:  # type: ignore[union-attr]
+                loop.call_later(after_s, retire, protocol, SHUTDOWN_TIMEOUT_S)
 
     async def close(self) -> None:
         """Stop listening; requests still running get ``SHUTDOWN_TIMEOUT_S``, then are cancelled

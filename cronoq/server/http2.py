@@ -45,7 +45,7 @@ from hyperframe.frame import GoAwayFrame
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-__all__ = ["PREFACE", "Demultiplexer", "H2Request", "Http2Connection", "Http2Limits"]
+__all__ = ["PREFACE", "Demultiplexer", "H2Request", "Http2Connection", "Http2Limits", "retire"]
 
 log = logging.getLogger("cronoq.server")
 
@@ -567,6 +567,7 @@ class Demultiplexer(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._buffer = b""
         self._timer: asyncio.TimerHandle | None = None
+        self._protocol: asyncio.Protocol | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass it
@@ -599,6 +600,16 @@ class Demultiplexer(asyncio.Protocol):
         if self._transport is not None:
             self._transport.close()
 
+    def retire(self, grace_s: float) -> None:
+        """Close this connection without cutting an answer short: an undecided one at once,
+        HTTP/1.1 once the request in progress is answered, HTTP/2 with GOAWAY (streams already
+        open get ``grace_s`` to finish)."""
+        protocol = self._protocol
+        if protocol is None:
+            self.close()
+        else:
+            retire(protocol, grace_s)
+
     def _forget(self) -> None:
         self._pending.discard(self)
         if self._timer is not None:
@@ -609,9 +620,25 @@ class Demultiplexer(asyncio.Protocol):
         self._forget()
         transport = self._transport
         assert transport is not None
-        protocol = factory()
+        protocol = self._protocol = factory()
         transport.set_protocol(protocol)
         protocol.connection_made(transport)
         if self._buffer and not transport.is_closing():
             buffered, self._buffer = self._buffer, b""
             protocol.data_received(buffered)
+
+
+_retiring: set[asyncio.Task[None]] = set()
+"""HTTP/2 shutdowns started by ``retire`` (kept referenced until they end)."""
+
+
+def retire(protocol: asyncio.Protocol, grace_s: float) -> None:
+    """Gracefully close a served connection, whichever protocol it speaks (see
+    ``Demultiplexer.retire``): ``shutdown`` of an ``Http2Connection`` or of aiohttp's HTTP/1.1
+    handler (which answers the request in progress within ``grace_s``, then closes)."""
+    shutdown = getattr(protocol, "shutdown", None)
+    if not callable(shutdown):
+        return
+    task = asyncio.get_running_loop().create_task(shutdown(grace_s))
+    _retiring.add(task)
+    task.add_done_callback(_retiring.discard)

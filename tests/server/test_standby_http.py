@@ -1,0 +1,108 @@
+"""A standby's HTTP listener lets each connection go about a second after accepting it (as its
+gRPC listener does), so a client behind a load balancer that retries reaches another replica;
+the leader keeps its keep-alive connections."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import h2.config
+import h2.connection
+import h2.events
+import pytest
+
+from tests.federation.conftest import free_port
+from tests.server.harness import CLIENT_TOKEN, ServerProcess
+
+HEALTHZ = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+
+
+@pytest.fixture
+def leader_and_standby(tmp_path: Path) -> Iterator[tuple[int, int]]:
+    ports = {"leader": free_port(), "standby": free_port()}
+    servers = []
+    try:
+        for name in ("leader", "standby"):
+            config = f"""
+[server]
+grpc_addr = "127.0.0.1:{{port}}"
+http_addr = "127.0.0.1:{ports[name]}"
+shutdown_grace_s = 1
+
+[store]
+kind = "sqlite"
+path = "{tmp_path / 'state.db'}"
+
+[[auth.tokens]]
+token = "{CLIENT_TOKEN}"
+role = "client"
+
+[[pools]]
+name = "default"
+"""
+            server = ServerProcess(tmp_path, config, name=name)
+            servers.append(server)
+            server.start(expect="listening" if name == "leader" else "standby")
+        yield ports["leader"], ports["standby"]
+    finally:
+        for server in servers:
+            server.kill()
+
+
+def _response(sock: socket.socket) -> bytes:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def _closed_within(sock: socket.socket, seconds: float) -> bool:
+    sock.settimeout(seconds)
+    try:
+        while sock.recv(65536):
+            pass
+    except TimeoutError:
+        return False
+    except ConnectionError:
+        return True
+    return True
+
+
+def test_a_standby_lets_http1_connections_go_and_the_leader_keeps_them(leader_and_standby: tuple[int, int]) -> None:
+    leader_port, standby_port = leader_and_standby
+    with socket.create_connection(("127.0.0.1", standby_port), timeout=10) as standby, \
+            socket.create_connection(("127.0.0.1", leader_port), timeout=10) as leader:  # fmt: skip
+        standby.sendall(HEALTHZ)
+        leader.sendall(HEALTHZ)
+        assert _response(standby).startswith(b"HTTP/1.1 200")
+        assert _response(leader).startswith(b"HTTP/1.1 200")
+        started = time.monotonic()
+        assert _closed_within(standby, 15), "the standby kept the connection open"
+        assert time.monotonic() - started < 10
+        time.sleep(1.5)  # well past the standby's linger: the leader's connection is still usable
+        leader.sendall(HEALTHZ)
+        assert _response(leader).startswith(b"HTTP/1.1 200")
+
+
+def test_a_standby_sends_goaway_to_http2_clients(leader_and_standby: tuple[int, int]) -> None:
+    _, standby_port = leader_and_standby
+    connection = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    connection.initiate_connection()
+    with socket.create_connection(("127.0.0.1", standby_port), timeout=10) as sock:
+        sock.sendall(connection.data_to_send())
+        sock.settimeout(15)
+        deadline = time.monotonic() + 15
+        events: list[object] = []
+        while time.monotonic() < deadline and not any(isinstance(e, h2.events.ConnectionTerminated) for e in events):
+            data = sock.recv(65536)
+            if not data:
+                break
+            events += connection.receive_data(data)
+            sock.sendall(connection.data_to_send())
+        assert any(isinstance(e, h2.events.ConnectionTerminated) for e in events) or not data
