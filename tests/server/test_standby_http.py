@@ -4,6 +4,7 @@ the leader keeps its keep-alive connections."""
 
 from __future__ import annotations
 
+import signal
 import socket
 import time
 from collections.abc import Iterator
@@ -20,10 +21,18 @@ from tests.server.harness import CLIENT_TOKEN, ServerProcess
 HEALTHZ = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 
 
+class Pair:
+    """A leader and a standby sharing one SQLite store, with their HTTP ports."""
+
+    def __init__(self) -> None:
+        self.servers: dict[str, ServerProcess] = {}
+        self.ports = {"leader": free_port(), "standby": free_port()}
+
+
 @pytest.fixture
-def leader_and_standby(tmp_path: Path) -> Iterator[tuple[int, int]]:
-    ports = {"leader": free_port(), "standby": free_port()}
-    servers = []
+def pair(tmp_path: Path) -> Iterator[Pair]:
+    pair = Pair()
+    ports = pair.ports
     try:
         for name in ("leader", "standby"):
             config = f"""
@@ -43,13 +52,18 @@ role = "client"
 [[pools]]
 name = "default"
 """
-            server = ServerProcess(tmp_path, config, name=name)
-            servers.append(server)
+            server = pair.servers[name] = ServerProcess(tmp_path, config, name=name)
             server.start(expect="listening" if name == "leader" else "standby")
-        yield ports["leader"], ports["standby"]
+        yield pair
     finally:
-        for server in servers:
+        for server in pair.servers.values():
+            server.signal(signal.SIGCONT)
             server.kill()
+
+
+@pytest.fixture
+def leader_and_standby(pair: Pair) -> tuple[int, int]:
+    return pair.ports["leader"], pair.ports["standby"]
 
 
 def _response(sock: socket.socket) -> bytes:
@@ -106,3 +120,18 @@ def test_a_standby_sends_goaway_to_http2_clients(leader_and_standby: tuple[int, 
             events += connection.receive_data(data)
             sock.sendall(connection.data_to_send())
         assert any(isinstance(e, h2.events.ConnectionTerminated) for e in events) or not data
+
+
+def test_a_leader_that_steps_down_lets_its_http_connections_go(pair: Pair) -> None:
+    """The leader is paused past its SQLite lease; the standby takes over; once resumed the old
+    leader finds it lost the lease, steps down, and lets its keep-alive clients go."""
+    leader, standby = pair.servers["leader"], pair.servers["standby"]
+    with socket.create_connection(("127.0.0.1", pair.ports["leader"]), timeout=10) as sock:
+        sock.sendall(HEALTHZ)
+        assert _response(sock).startswith(b"HTTP/1.1 200")
+        leader.signal(signal.SIGSTOP)
+        try:
+            standby.wait_for("listening", timeout=60)  # the lease ran out: the standby leads
+        finally:
+            leader.signal(signal.SIGCONT)
+        assert _closed_within(sock, 30), "the old leader kept its HTTP connection open"
