@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import abc
 import asyncio
 
 
-class BackgroundLoop:
+class BackgroundLoop(abc.ABC):
     """Subclasses implement ``_run``; ``start`` launches it once, ``close`` cancels and awaits it."""
 
     _task: asyncio.Task[None] | None = None
 
+    @abc.abstractmethod
     async def _run(self) -> None:
-        raise NotImplementedError
+        """The loop itself; it runs until cancelled by ``close``."""
 
     def start(self) -> None:
         if self._task is None:

@@ -390,13 +390,10 @@ class Task:
     ) -> None:
         self.payload = payload
         self.key = key
-        if (
-            priority is None and pool is None and kind is None and key is None and deadline_in is None
-            and deadline_at is None and start_in is None and start_at is None and tolerance is None
-            and on_miss is None and duration_hint is None and timeout is None and retry is None
-            and after is None and deps is None and resources is None and tags is None and labels is None
-            and tenant is None
-        ):  # fmt: skip
+        if _all_absent(
+            priority, pool, kind, key, deadline_in, deadline_at, start_in, start_at, tolerance, on_miss,
+            duration_hint, timeout, retry, after, deps, resources, tags, labels, tenant,
+        ):
             # The common case (a bare payload): skip building and filtering the options dict.
             self._options = _NO_OPTIONS
             return
@@ -474,6 +471,11 @@ def _str_map(values: Mapping[str, Any] | None, what: str) -> Mapping[str, str]:
     return out
 
 
+def _all_absent(*options: object) -> bool:
+    """Whether no task option was given (the common case: a bare payload)."""
+    return options.count(None) == len(options)
+
+
 def build_spec(
     payload: Any,
     now: int,
@@ -506,13 +508,10 @@ def build_spec(
     W3C ``traceparent`` of the caller's active OpenTelemetry span becomes a tag, unless the
     caller set that tag.
     """
-    if (
-        priority is None and pool is None and kind is None and key is None and deadline_in is None
-        and deadline_at is None and start_in is None and start_at is None and tolerance is None
-        and on_miss is None and duration_hint is None and timeout is None and retry is None
-        and after is None and deps is None and resources is None and tags is None and labels is None
-        and tenant is None
-    ):  # fmt: skip
+    if _all_absent(
+        priority, pool, kind, key, deadline_in, deadline_at, start_in, start_at, tolerance, on_miss,
+        duration_hint, timeout, retry, after, deps, resources, tags, labels, tenant,
+    ):
         return plain_spec(payload, trace)
     try:
         spec = _build_spec(

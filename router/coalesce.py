@@ -65,7 +65,7 @@ class _Lane:
 class SubmitCoalescer:
     """Sends Submits through per-key lanes; see the module docstring."""
 
-    def __init__(self, *, max_tasks: int, max_bytes: int, status_of: StatusOf, calls_per_lane: int = 2) -> None:
+    def __init__(self, *, max_tasks: int, max_bytes: int, status_of: StatusOf, calls_per_lane: int = 1) -> None:
         self.max_tasks = max(1, max_tasks)
         self.calls_per_lane = max(1, calls_per_lane)
         self.max_bytes = max(1, max_bytes)
