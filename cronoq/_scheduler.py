@@ -737,14 +737,13 @@ class Scheduler:
         self._driver_or_raise()
         now = time.time_ns()
         tracing = self._tracing
-        encode = self._encode if self._store is not None else None
+        check_payload = self._check_payload
         specs = []
         for index, task in enumerate(tasks):
             if not isinstance(task, Task):
                 raise TypeError(f"task {index}: submit_batch takes cronoq.Task objects")
             try:
-                payload = task.payload
-                stored = _Encoded(payload, encode(payload)) if encode is not None else payload
+                stored = check_payload(task.payload)
                 if not task._options:  # a bare payload: nothing to validate or convert
                     spec = plain_spec(stored, tracing)
                 else:
@@ -761,23 +760,8 @@ class Scheduler:
 
         def command(core: Core, now: int) -> list[_Attached]:
             results = core.submit_batch(now, specs)
-            # ``_attach`` for each task, inlined: this runs once per task of every batch.
-            ended = core.ended
-            handles = self._handles
-            attached: list[_Attached] = []
-            for result, future in zip(results, futures, strict=True):
-                task_id = result.id
-                end = ended(task_id)
-                if end is not None:
-                    attached.append((task_id, result.duplicate, end[0], end[1]))
-                    continue
-                waiting = handles.get(task_id)
-                if waiting is None:
-                    handles[task_id] = [future]
-                else:
-                    waiting.append(future)
-                attached.append((task_id, result.duplicate, None, None))
-            return attached
+            attach = self._attach
+            return [attach(core, r.id, r.duplicate, f) for r, f in zip(results, futures, strict=True)]
 
         outcomes: list[_Attached] = await self._admit(command)
         handles = []
