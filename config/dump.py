@@ -87,6 +87,7 @@ def dump(config: Config) -> str:
             ("shutdown_grace_s", server.shutdown_grace_s),
             ("shard", server.shard),
             ("insecure_peer_http", server.insecure_peer_http),
+            ("peer_link", server.peer_link),
         ],
     )
     if server.tls is not None:

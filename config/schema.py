@@ -105,6 +105,8 @@ class ServerConfig:
     peer_tls: PeerTlsConfig | None = None
     insecure_peer_http: bool = False
     """Allow forwarding callers' tokens to other shards over plain ``http://`` off loopback."""
+    peer_link: bool = True
+    """With ``[[shards]]``: accept, and use, peer links for forwarded calls (``cronoq.router.link``)."""
 
 
 # ---------------------------------------------------------------------------------------- [store]

@@ -39,6 +39,16 @@ from cronoq.proto import cronoq_pb2 as pb
 from . import merge
 from .coalesce import SubmitCoalescer
 from .errors import RouteError
+from .link import (
+    LINK_KEY,
+    METHOD_NUMBER,
+    METHODS,
+    LinkBroken,
+    LinkNotServing,
+    PeerLinks,
+    client_ssl_context,
+    frame_limit,
+)
 
 __all__ = ["FORWARDED", "UNAVAILABLE_SHARDS_KEY", "Caller", "LocalApi", "Router", "collect_unavailable"]
 
@@ -145,6 +155,11 @@ class Router:
         local_shard = config.local_shard()
         self.local_name = local_shard.name if local_shard is not None else ""
         self.peers = PeerChannels(config)
+        self.links = PeerLinks(
+            enabled=config.server.peer_link and self.sharded,
+            limit=frame_limit(self.limits.max_message_bytes),
+            ssl_context=self._link_ssl,
+        )
         self._all_pools = frozenset(pool.name for pool in config.pools)
         self._by_number = {shard.number: shard for shard in config.shards}
         self._ordered = sorted(config.shards, key=lambda shard: shard.number)
@@ -158,7 +173,12 @@ class Router:
 
     async def close(self) -> None:
         await self._coalescer.close()
+        await self.links.close()
         await self.peers.close()
+
+    def _link_ssl(self) -> Any:
+        tls = self.config.server.peer_tls
+        return client_ssl_context(*((tls.ca, tls.cert, tls.key) if tls is not None else (None, None, None)))
 
     # ------------------------------------------------------------------------------ decisions
 
@@ -207,21 +227,46 @@ class Router:
         peer = self.peers.peer(shard.name)
         return peer if peer.refusal is None else None
 
-    def _metadata(self, caller: Caller) -> list[tuple[str, str]]:
+    def _current_trace(self) -> str | None:
+        return self._traceparent() if self._traceparent is not None else None
+
+    def _metadata(self, caller: Caller, traceparent: str | None) -> list[tuple[str, str]]:
         metadata = [(FORWARDED, "1")]
         if caller.authorization:
             metadata.append(("authorization", caller.authorization))
-        if self._traceparent is not None:
-            traceparent = self._traceparent()
-            if traceparent:
-                metadata.append(("traceparent", traceparent))
+        if traceparent:
+            metadata.append(("traceparent", traceparent))
         return metadata
 
     async def _forward(self, peer: Peer, service: str, method: str, request: Any, caller: Caller,
                        timeout: float) -> Any:  # fmt: skip
+        """One unary call on ``peer``: over its link when one is open and the call carries no
+        trace (the receiving node's gRPC interceptors continue traces), else over gRPC."""
+        traceparent = self._current_trace()
+        link = self.links.get(peer.name) if not traceparent else None
+        if link is not None:
+            number = METHOD_NUMBER[(service, method)]
+            try:
+                reply = await link.call(number, request, caller.authorization, timeout)
+            except LinkNotServing:
+                self.links.drop(link)  # nothing was run there: the gRPC call below finds the leader
+            except LinkBroken as exc:
+                raise RouteError(Status.UNAVAILABLE, f"shard {peer.name!r} is unavailable ({exc})") from None
+            except TimeoutError:
+                raise RouteError(Status.UNAVAILABLE, f"shard {peer.name!r} is unavailable (timed out)") from None
+            else:
+                if reply.status is Status.OK:
+                    return METHODS[number].response.FromString(reply.body)
+                raise _reply_error(peer, reply.status, reply.message, reply.metadata)
+        metadata = self._metadata(caller, traceparent)
         stub = peer.tasks if service == "tasks" else peer.admin
         try:
-            return await getattr(stub, method)(request, metadata=self._metadata(caller), timeout=timeout)
+            if not self.links.wanted(peer.name):
+                return await getattr(stub, method)(request, metadata=metadata, timeout=timeout)
+            call = getattr(stub, method)(request, metadata=metadata, timeout=timeout)
+            response = await call
+            self.links.advertised(peer.name, peer.shard.endpoint, await call.trailing_metadata())
+            return response
         except grpc.aio.AioRpcError as exc:
             raise _peer_error(peer, exc) from None
 
@@ -242,7 +287,7 @@ class Router:
         timeout = self.limits.request_timeout_s
         if request.wait:
             timeout = self._wait_timeout(request.wait_timeout_s if request.HasField("wait_timeout_s") else None)
-        elif self._traceparent is None or self._traceparent() is None:
+        elif self._current_trace() is None:
             # Without a trace to continue, concurrent Submits to one shard may share a call.
             return await self._coalescer.submit(
                 (peer.name, caller.authorization),
@@ -498,7 +543,7 @@ class Router:
     async def _open_watch(self, peer: Peer, request: pb.WatchRequest, caller: Caller) -> Any:
         """A peer's Watch call once the peer confirmed the subscription (our servers send their
         initial metadata right after subscribing); None when the peer cannot be reached."""
-        call = peer.tasks.Watch(request, metadata=self._metadata(caller))
+        call = peer.tasks.Watch(request, metadata=self._metadata(caller, self._current_trace()))
         try:
             await asyncio.wait_for(call.initial_metadata(), PEER_READ_TIMEOUT_S)
         except TimeoutError:
@@ -611,16 +656,23 @@ def _with_id(request: pb.WaitRequest, task_id: int) -> pb.WaitRequest:
 
 
 def _peer_error(peer: Peer, exc: grpc.aio.AioRpcError) -> RouteError:
+    """A peer's failure as this node's answer (see ``_reply_error``)."""
+    return _reply_error(peer, exc.code(), exc.details() or "", exc.trailing_metadata() or ())
+
+
+def _reply_error(peer: Peer, code: grpc.StatusCode, details: str, metadata: Any) -> RouteError:
     """A peer's failure as this node's answer: its own status and message, or, when it could not
     be reached, UNAVAILABLE naming the shard."""
-    code = exc.code()
-    details = exc.details() or ""
-    metadata = tuple((str(key), value) for key, value in (exc.trailing_metadata() or ())
-                     if isinstance(value, str) and key.startswith("cronoq-"))  # fmt: skip
-    if code in (Status.UNAVAILABLE, Status.DEADLINE_EXCEEDED) and not details.startswith("not the leader"):
+    shard_metadata = tuple((str(key), value) for key, value in metadata
+                           if isinstance(value, str) and key.startswith("cronoq-") and key != LINK_KEY)  # fmt: skip
+    unreachable = (code is Status.UNAVAILABLE and not details.startswith("not the leader")) or (
+        # gRPC's own deadline; the shard's answer to a Wait that ran out of time says more
+        code is Status.DEADLINE_EXCEEDED and details in ("", "Deadline Exceeded")
+    )
+    if unreachable:
         return RouteError(Status.UNAVAILABLE, f"shard {peer.name!r} is unavailable ({details or code.name.lower()})",
-                          metadata)  # fmt: skip
-    return RouteError(code, details or code.name.lower(), metadata)
+                          shard_metadata)  # fmt: skip
+    return RouteError(code, details or code.name.lower(), shard_metadata)
 
 
 async def _remote_events(peer: Peer, call: Any) -> AsyncIterator[pb.StatusEvent]:

@@ -43,6 +43,7 @@ from .auth import Authenticator
 from .convert import core_config
 from .grpc_service import SHUTDOWN_LINGER_S, GrpcServices, server_options
 from .http import HttpGateway, ListenError, start_http
+from .peer_link import LinkServer
 
 __all__ = ["BindError", "ServerApp", "make_store"]
 
@@ -138,6 +139,8 @@ class ServerApp:
         self._grace = config.server.shutdown_grace_s
         self.service: ShardService | None = None
         self.http: HttpGateway | None = None
+        # Peer links carry other shards' forwarded calls (only with [[shards]]).
+        self.links = LinkServer(self.api, self.router, self.authenticator) if self.router.links.enabled else None
         self._scaler = _WebhookScaler(config)
         # OpenTelemetry (OTEL_* environment): None, and no cost, when nothing is to be exported.
         self.telemetry = telemetry.setup(config, self.api)
@@ -159,7 +162,9 @@ class ServerApp:
     async def _listen(self, *, standby: bool) -> grpc.aio.Server:
         server = grpc.aio.server(options=server_options(self.config, standby=standby),
                                  interceptors=telemetry.grpc_interceptors())  # fmt: skip
-        GrpcServices(self.api, self.authenticator, router=self.router, standby=standby).add_to(server)
+        link_port = self.links.port if self.links is not None else 0
+        GrpcServices(self.api, self.authenticator, router=self.router, standby=standby,
+                     link_port=link_port).add_to(server)  # fmt: skip
         address = _format_addr(self._host, self._port)
         try:
             if self._credentials is not None:
@@ -194,8 +199,15 @@ class ServerApp:
         except ListenError as exc:
             raise BindError(str(exc)) from None
         try:
+            if self.links is not None:
+                try:
+                    await self.links.start(self._host, self.config)
+                except OSError as exc:
+                    raise BindError(f"cannot listen for peer links on {self._host}: {exc.strerror or exc}") from None
             server = await self._listen(standby=True)
         except BaseException:
+            if self.links is not None:
+                await self.links.close()
             await self.http.close()
             raise
         try:
@@ -213,6 +225,8 @@ class ServerApp:
                 self.api.service = None
                 self.service = None
                 self.http.retire_connections(SHUTDOWN_LINGER_S)  # HTTP clients reconnect, as gRPC ones do
+                if self.links is not None:
+                    self.links.retire()  # forwarding nodes go back to gRPC and find the new leader
                 await _stop_server(server, SHUTDOWN_LINGER_S)
                 with contextlib.suppress(Exception):
                     await self.store.release_leadership()
@@ -220,6 +234,8 @@ class ServerApp:
         finally:
             self.api.service = None
             await _stop_server(server, 0)
+            if self.links is not None:
+                await self.links.close()
             await self.http.close()
             await self.router.close()
             await self._scaler.close()

@@ -26,6 +26,7 @@ from cronoq.config import Config, Role
 from cronoq.proto import cronoq_pb2 as pb
 from cronoq.proto import cronoq_pb2_grpc as pbg
 from cronoq.router import FORWARDED, UNAVAILABLE_SHARDS_KEY, Router, collect_unavailable
+from cronoq.router.link import LINK_KEY
 from cronoq.shard.blob import Blob
 from cronoq.shard.service import PROTOCOL_VERSION, ShardService
 from cronoq.shard.workers import AbortOut, LeaseOut, ShutdownOut, WorkerSession
@@ -105,7 +106,7 @@ class GrpcServices(pbg.TasksServicer, pbg.AdminServicer, pbg.WorkersServicer):
     Work streams are served by this shard only."""
 
     def __init__(self, api: Api, authenticator: Authenticator, *, router: Router | None = None,
-                 standby: bool = False) -> None:  # fmt: skip
+                 standby: bool = False, link_port: int = 0) -> None:  # fmt: skip
         self.api = api
         self.router = router if router is not None else Router(api.config, api)
         self.auth = authenticator
@@ -113,6 +114,8 @@ class GrpcServices(pbg.TasksServicer, pbg.AdminServicer, pbg.WorkersServicer):
         self.limits = api.limits
         self._inflight = 0
         self._unary_bound = api.limits.max_wait_s + api.limits.request_timeout_s
+        # Forwarding nodes learn this leader's peer link port from its answers to them.
+        self._link_advert = ((LINK_KEY, str(link_port)),) if link_port and not standby else ()
 
     def add_to(self, server: grpc.aio.Server) -> None:
         pbg.add_TasksServicer_to_server(self, server)  # type: ignore[no-untyped-call]
@@ -140,6 +143,8 @@ class GrpcServices(pbg.TasksServicer, pbg.AdminServicer, pbg.WorkersServicer):
                         response = await handler(principal, request)
                 if missing:
                     context.set_trailing_metadata(((UNAVAILABLE_SHARDS_KEY, ",".join(missing)),))
+                elif principal.forwarded and self._link_advert:
+                    context.set_trailing_metadata(self._link_advert)
                 return response
             except TimeoutError:
                 raise ApiError(Code.CANCELLED, "request timeout expired") from None

@@ -1,0 +1,214 @@
+"""The receiving end of peer links (``cronoq.router.link``): forwarded unary calls from other shards.
+
+The listener runs for the whole process on an extra port of the gRPC listener's host, with the
+same TLS (and client-certificate requirement) as the gRPC listener. The port is named only to
+callers of forwarded gRPC calls, in their trailing metadata, and only while this node leads its
+shard. Every call on a link is checked as a gRPC call would be: the caller's token authenticates
+it (a link itself grants nothing), ``max_concurrent_requests`` and the unary time bound apply,
+and the handler is the router's, which answers forwarded calls from this shard only. A node that
+does not lead its shard answers ``NOT_SERVING`` without running anything, and a leader that steps
+down closes its links, so forwarding nodes go back to gRPC and find the new leader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import ssl
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
+
+from google.protobuf.message import DecodeError
+
+from cronoq.config import Config
+from cronoq.router import Router, collect_unavailable
+from cronoq.router.link import (
+    METHODS,
+    NOT_SERVING,
+    PREFACE,
+    FrameReader,
+    decode_request,
+    encode_reply,
+    frame_limit,
+)
+from cronoq.router.router import UNAVAILABLE_SHARDS_KEY
+
+from .api import Api
+from .auth import Authenticator
+from .errors import ApiError, Code, from_exception
+
+__all__ = ["LinkServer"]
+
+log = logging.getLogger("cronoq.server")
+
+PREFACE_TIMEOUT_S = 10.0
+"""A connection that has not sent the link preface by then is closed."""
+
+_HANDLER_NAMES = {
+    "Submit": "submit",
+    "SubmitBatch": "submit_batch",
+    "Get": "get",
+    "Wait": "wait",
+    "Cancel": "cancel",
+    "ListTasks": "list_tasks",
+    "Snapshot": "snapshot",
+    "AddRecurring": "add_recurring",
+    "RemoveRecurring": "remove_recurring",
+    "ListWorkers": "list_workers",
+    "ListRecurring": "list_recurring",
+}
+
+
+def _server_ssl(config: Config) -> ssl.SSLContext | None:
+    tls = config.server.tls
+    if tls is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(tls.cert, tls.key)
+    if tls.client_ca is not None:  # as on the gRPC listener: every client presents a certificate
+        context.load_verify_locations(tls.client_ca)
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
+class LinkServer:
+    """Accepts peer links and answers the calls they carry."""
+
+    def __init__(self, api: Api, router: Router, authenticator: Authenticator) -> None:
+        self.api = api
+        self.router = router
+        self.auth = authenticator
+        self.limits = api.limits
+        self._limit = frame_limit(api.limits.max_message_bytes)
+        self._bound = api.limits.max_wait_s + api.limits.request_timeout_s
+        self._handlers: list[Callable[[Any, Any], Awaitable[Any]]] = [
+            getattr(router, _HANDLER_NAMES[method.name]) for method in METHODS
+        ]
+        self._server: asyncio.Server | None = None
+        self._connections: set[_LinkConnection] = set()
+        self.inflight = 0
+        self.port = 0
+
+    async def start(self, host: str, config: Config) -> int:
+        """Listen on ``host`` at a port the OS picks; returns the port."""
+        loop = asyncio.get_running_loop()
+        # One address only: a name such as "localhost" could otherwise get a different port per address.
+        infos = await loop.getaddrinfo(host, 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        address = str(infos[0][4][0])
+        self._server = await loop.create_server(lambda: _LinkConnection(self), address, 0, ssl=_server_ssl(config))
+        self.port = int(self._server.sockets[0].getsockname()[1])
+        log.info("listening (peer link) port %d", self.port)
+        return self.port
+
+    def retire(self) -> None:
+        """Close every link (this node stopped leading: forwarding nodes must look again)."""
+        for connection in list(self._connections):
+            connection.close()
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for connection in list(self._connections):
+            connection.close()
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 5.0)
+
+    # ---------------------------------------------------------------------------- one call
+
+    async def answer(self, frame: bytes) -> bytes:
+        """The reply frame to one request frame (never raises for the call's own failures)."""
+        call_id, number, timeout, authorization, body = decode_request(frame)
+        if number >= len(METHODS):
+            return encode_reply(call_id, Code.UNIMPLEMENTED.grpc.value[0], f"unknown link method {number}", (), b"")
+        method = METHODS[number]
+        try:
+            principal = self.auth.authenticate(authorization).as_forwarded()
+            if not self.api.serving:
+                return encode_reply(call_id, NOT_SERVING, "not the leader of this shard", (), b"")
+            if self.inflight >= self.limits.max_concurrent_requests:
+                raise ApiError(Code.RESOURCE_EXHAUSTED, "too many requests in flight; retry later")
+            try:
+                request = method.request.FromString(body)
+            except DecodeError:
+                raise ApiError.invalid(f"malformed {method.name} request") from None
+            self.inflight += 1
+            try:
+                with collect_unavailable() as missing:
+                    async with asyncio.timeout(min(timeout, self._bound)):
+                        response = await self._handlers[number](principal, request)
+            except TimeoutError:
+                raise ApiError(Code.CANCELLED, "request timeout expired") from None
+            finally:
+                self.inflight -= 1
+        except Exception as exc:
+            error = from_exception(exc)
+            return encode_reply(call_id, error.code.grpc.value[0], error.message, error.metadata, b"")
+        metadata = ((UNAVAILABLE_SHARDS_KEY, ",".join(missing)),) if missing else ()
+        return encode_reply(call_id, 0, "", metadata, response.SerializeToString())
+
+
+class _LinkConnection(asyncio.Protocol):
+    """One accepted link: each request frame runs as its own task; replies go out as they finish."""
+
+    def __init__(self, server: LinkServer) -> None:
+        self.server = server
+        self.reader = FrameReader(server._limit)
+        self.transport: asyncio.Transport | None = None
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.greeted = False
+        self._preface_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
+        self.server._connections.add(self)
+        self._preface_timer = asyncio.get_running_loop().call_later(PREFACE_TIMEOUT_S, self._no_preface)
+
+    def _no_preface(self) -> None:
+        if not self.greeted:
+            self.close()
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self.reader.feed(data)
+        except ValueError as exc:
+            log.warning("peer link from %s closed: %s", self._peer(), exc)
+            self.close()
+            return
+        if not self.greeted and self.reader.preface_seen:
+            self.greeted = True
+            assert self.transport is not None
+            self.transport.write(PREFACE)
+        for frame in frames:
+            task = asyncio.ensure_future(self._answer(frame))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
+    async def _answer(self, frame: bytes) -> None:
+        try:
+            reply = await self.server.answer(frame)
+        except ValueError as exc:  # a malformed frame: the link cannot be trusted any more
+            log.warning("peer link from %s closed: %s", self._peer(), exc)
+            self.close()
+            return
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(reply)
+
+    def _peer(self) -> str:
+        peer = self.transport.get_extra_info("peername") if self.transport is not None else None
+        return str(peer[0]) if peer else "unknown"
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.server._connections.discard(self)
+        if self._preface_timer is not None:
+            self._preface_timer.cancel()
+        # The other side is gone: nobody waits for these answers (as gRPC cancels its handlers).
+        for task in list(self.tasks):
+            task.cancel()
+        self.transport = None
