@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import ssl
 import struct
 import time
@@ -57,6 +58,7 @@ __all__ = [
     "client_ssl_context",
     "decode_reply",
     "decode_request",
+    "enable_keepalive",
     "encode_reply",
     "encode_request",
     "frame_limit",
@@ -107,6 +109,22 @@ METHOD_NUMBER = {(method.service, method.name): number for number, method in enu
 def frame_limit(max_message_bytes: int) -> int:
     """Largest frame either side accepts: one message plus room for the call's header."""
     return max_message_bytes + 64 * 1024
+
+
+def enable_keepalive(transport: asyncio.BaseTransport, idle_s: float, timeout_s: float) -> None:
+    """TCP keepalive on a link's socket, so that a peer gone without a word (a partition, a host
+    that died) is noticed within about ``idle_s + timeout_s`` even while the link is idle."""
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        if hasattr(socket, "TCP_KEEPIDLE"):  # Linux
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, max(1, round(idle_s)))
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, max(1, round(timeout_s / 3)))
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
+    except (OSError, AttributeError):  # pragma: no cover - platform without these options
+        pass
 
 
 class LinkBroken(Exception):
@@ -216,8 +234,10 @@ class FrameReader:
 class LinkClient(asyncio.Protocol):
     """The forwarding side of one link: calls in flight matched to replies by id."""
 
-    def __init__(self, name: str, limit: int, on_lost: Callable[[LinkClient], None]) -> None:
+    def __init__(self, name: str, limit: int, on_lost: Callable[[LinkClient], None],
+                 keepalive: tuple[float, float] = (20.0, 20.0)) -> None:  # fmt: skip
         self.name = name
+        self._keepalive = keepalive
         self._reader = FrameReader(limit)
         self._on_lost = on_lost
         self._pending: dict[int, asyncio.Future[tuple[int, str, tuple[tuple[str, str], ...], bytes]]] = {}
@@ -229,11 +249,12 @@ class LinkClient(asyncio.Protocol):
 
     @classmethod
     async def open(cls, name: str, host: str, port: int, *, ssl: Any, server_hostname: str | None, limit: int,
-                   on_lost: Callable[[LinkClient], None]) -> LinkClient:  # fmt: skip
+                   on_lost: Callable[[LinkClient], None], keepalive: tuple[float, float] = (20.0, 20.0)
+                   ) -> LinkClient:  # fmt: skip
         loop = asyncio.get_running_loop()
         async with asyncio.timeout(CONNECT_TIMEOUT_S):
             _, link = await loop.create_connection(
-                lambda: cls(name, limit, on_lost), host, port, ssl=ssl, server_hostname=server_hostname
+                lambda: cls(name, limit, on_lost, keepalive), host, port, ssl=ssl, server_hostname=server_hostname
             )
             await link._ready
         link.alive = True
@@ -243,6 +264,7 @@ class LinkClient(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
+        enable_keepalive(transport, *self._keepalive)
         self._transport.write(PREFACE)
 
     def data_received(self, data: bytes) -> None:
@@ -340,9 +362,11 @@ class PeerLinks:
     RETRY_FIRST_S = 1.0
     RETRY_MAX_S = 60.0
 
-    def __init__(self, *, enabled: bool, limit: int, ssl_context: Callable[[], ssl.SSLContext]) -> None:
+    def __init__(self, *, enabled: bool, limit: int, ssl_context: Callable[[], ssl.SSLContext],
+                 keepalive: tuple[float, float] = (20.0, 20.0)) -> None:  # fmt: skip
         self.enabled = enabled
         self._limit = limit
+        self._keepalive = keepalive
         self._ssl_context = ssl_context
         self._links: dict[str, LinkClient] = {}
         self._opening: dict[str, asyncio.Task[None]] = {}
@@ -385,6 +409,7 @@ class PeerLinks:
                 server_hostname=host if tls else None,
                 limit=self._limit,
                 on_lost=self._lost,
+                keepalive=self._keepalive,
             )  # fmt: skip
         except (OSError, TimeoutError, LinkBroken, ssl.SSLError) as exc:
             log.info("no peer link to shard %s at %s:%d (%s); forwarding over gRPC", shard, host, port, exc)

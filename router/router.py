@@ -159,6 +159,7 @@ class Router:
             enabled=config.server.peer_link and self.sharded,
             limit=frame_limit(self.limits.max_message_bytes),
             ssl_context=self._link_ssl,
+            keepalive=(self.limits.keepalive_interval_s, self.limits.keepalive_timeout_s),
         )
         self._all_pools = frozenset(pool.name for pool in config.pools)
         self._by_number = {shard.number: shard for shard in config.shards}
@@ -253,6 +254,9 @@ class Router:
             except LinkBroken as exc:
                 raise RouteError(Status.UNAVAILABLE, f"shard {peer.name!r} is unavailable ({exc})") from None
             except TimeoutError:
+                # The shard bounds every call below this limit: a link that stays silent past it is
+                # not to be trusted with the next calls (gRPC, with its keepalive, takes over).
+                self.links.drop(link)
                 raise RouteError(Status.UNAVAILABLE, f"shard {peer.name!r} is unavailable (timed out)") from None
             else:
                 if reply.status is Status.OK:

@@ -30,6 +30,7 @@ from cronoq.router.link import (
     PREFACE,
     FrameReader,
     decode_request,
+    enable_keepalive,
     encode_reply,
     frame_limit,
 )
@@ -163,6 +164,8 @@ class _LinkConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
+        limits = self.server.limits
+        enable_keepalive(transport, limits.keepalive_interval_s, limits.keepalive_timeout_s)
         self.server._connections.add(self)
         self._preface_timer = asyncio.get_running_loop().call_later(PREFACE_TIMEOUT_S, self._no_preface)
 

@@ -4,7 +4,9 @@ advertises, answer exactly as over gRPC, and every call on a link is authenticat
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
+import signal
 import ssl
 import struct
 import uuid
@@ -242,5 +244,34 @@ async def test_links_between_https_shards_use_tls(tmp_path: Path) -> None:
             reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
             writer.write(PREFACE)
             await asyncio.wait_for(reader.readexactly(len(PREFACE)), 5)
+    finally:
+        cluster.stop()
+
+
+async def test_a_link_that_stays_silent_is_dropped(tmp_path: Path) -> None:
+    store = f'[store]\nkind = "sqlite"\npath = "{tmp_path}/{{shard}}.db"'
+    cluster = Federation(tmp_path, store)
+    for node in cluster.nodes.values():
+        node.config_template = node.config_template.replace("[limits]\n", "[limits]\nrequest_timeout_s = 1\n", 1)
+    cluster.start()
+    s1, s2 = cluster["s1"], cluster["s2"]
+    try:
+        assert await submit_p2(s1.address) >> SHARD_BITS == 2
+        await logged(s1, "peer link to shard s2 open")
+        s2.signal(signal.SIGSTOP)  # alive to the kernel, silent to the link
+        try:
+            with pytest.raises(grpc.aio.AioRpcError) as silent:
+                await submit_p2(s1.address)
+            assert silent.value.code() == grpc.StatusCode.UNAVAILABLE
+            await logged(s1, "peer link to shard s2 closed")
+        finally:
+            s2.signal(signal.SIGCONT)
+        deadline = asyncio.get_running_loop().time() + 15
+        while s1.stderr().count("peer link to shard s2 open") < 2:
+            assert asyncio.get_running_loop().time() < deadline, "no new link after the shard came back"
+            with contextlib.suppress(grpc.aio.AioRpcError):
+                await submit_p2(s1.address)
+            await asyncio.sleep(0.2)
+        assert await submit_p2(s1.address) >> SHARD_BITS == 2
     finally:
         cluster.stop()
