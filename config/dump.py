@@ -87,7 +87,7 @@ def dump(config: Config) -> str:
             ("shutdown_grace_s", server.shutdown_grace_s),
             ("shard", server.shard),
             ("insecure_peer_http", server.insecure_peer_http),
-            ("peer_link", server.peer_link),
+            ("links", server.links),
         ],
     )
     if server.tls is not None:

@@ -193,7 +193,7 @@ class _Reader:
             shard=shard_override if shard_override is not None else t.opt_str("shard"),
             peer_tls=peer,
             insecure_peer_http=t.bool_or("insecure_peer_http", False),
-            peer_link=t.bool_or("peer_link", True),
+            links=t.bool_or("links", True),
         )
         if shard_override is not None:
             t.known.append("shard")

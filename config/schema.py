@@ -105,8 +105,9 @@ class ServerConfig:
     peer_tls: PeerTlsConfig | None = None
     insecure_peer_http: bool = False
     """Allow forwarding callers' tokens to other shards over plain ``http://`` off loopback."""
-    peer_link: bool = True
-    """With ``[[shards]]``: accept, and use, peer links for forwarded calls (``cronoq.router.link``)."""
+    links: bool = True
+    """Offer links (a lean transport beside gRPC, ``cronoq.server.links``) to other shards that
+    forward calls here and to ``cronoq.client`` workers, and use other shards' links."""
 
 
 # ---------------------------------------------------------------------------------------- [store]

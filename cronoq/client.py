@@ -37,6 +37,7 @@ import json
 import logging
 import math
 import numbers
+import ssl
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -54,6 +55,8 @@ except ImportError as _missing:  # pragma: no cover - exercised in a subprocess 
         "cronoq.client needs grpcio and protobuf; install the client extra: pip install 'cronoq[client]'"
     ) from _missing
 
+from cronoq._linkwire import WORKER_LINK_KEY
+from cronoq._worker_link import WorkerLinkCall, link_ssl_context
 from cronoq.errors import CronoqError, Permanent, Retryable
 from cronoq.grpc_transport import prefer_poller_endpoints as prefer_poller_endpoints  # workers may opt in
 
@@ -101,6 +104,9 @@ _REDIRECT_ONLY_OPTIONS = frozenset({"grpc.ssl_target_name_override", "grpc.defau
 _OUTPUT_HEADROOM = 1024
 _CLOSE_WAIT_S = 5.0
 _SESSION_RESET_FACTOR = 10.0
+_CLOSED_BY_SERVER = "stream closed by the server"
+_LINK_RETRY_S = 300.0
+"""After a worker link could not be reached, how long the Worker stays on gRPC before offering again."""
 
 _PRIORITY_NAMES = ("critical", "high", "normal", "low")
 _MISS_POLICIES = {
@@ -816,6 +822,29 @@ Handler = Callable[[Lease], Awaitable[Payload]]
 # ---------------------------------------------------------------------------- targets and channels
 
 
+def _target_host(target: str) -> str | None:
+    """The host of a ``host:port`` target (IPv6 without its brackets), or None for other forms
+    (``unix:``, ``dns:///``...), which a worker link does not support."""
+    address = _strip_target(target)
+    if "/" in address:
+        return None
+    if address.startswith("["):
+        host, closed, rest = address[1:].partition("]")
+        return host if closed and rest.startswith(":") and rest[1:].isdigit() else None
+    host, colon, port = address.rpartition(":")
+    if not colon or not host or ":" in host or not port.isdigit():
+        return None
+    return host
+
+
+def _link_port(metadata: Any) -> int | None:
+    """The worker link port a server named in a Work stream's initial metadata."""
+    for key, value in metadata or ():
+        if key == WORKER_LINK_KEY and isinstance(value, str) and value.isdigit() and 0 < int(value) < 65536:
+            return int(value)
+    return None
+
+
 def _strip_target(target: str) -> str:
     """The gRPC address of a target: scheme prefix (http/https/grpc) and trailing slashes removed."""
     lowered = target.lower()
@@ -1360,6 +1389,11 @@ class Worker:
     ``await worker.run()`` serves until ``await worker.stop()`` or an error retrying cannot fix
     (raised as ``ClientError``). Lost connections are retried with exponential ``backoff``
     ``(initial, max)`` seconds unless ``reconnect=False``.
+
+    With ``link=True`` (the default) the Work stream moves from gRPC to the server's worker link
+    when a cronoq server offers one (``cronoq.server.worker_link``): the same protocol at a
+    fraction of grpc-aio's cost per message. It stays on gRPC with explicit ``credentials``, with
+    targets other than ``host:port``, and for five minutes after a link could not be reached.
     """
 
     def __init__(
@@ -1379,6 +1413,7 @@ class Worker:
         options: Sequence[tuple[str, Any]] | None = None,
         labels: Mapping[str, str] | None = None,
         insecure_redirect_http: bool = False,
+        link: bool = True,
     ) -> None:
         if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
             raise ValueError("slots must be an int of at least 1")
@@ -1403,6 +1438,8 @@ class Worker:
         self._credentials = credentials
         self._options = list(options or ())
         self._insecure_redirect_http = insecure_redirect_http
+        self._link = link
+        self._link_retry_at = 0.0
         self._running: dict[int, _Running] = {}
         self._serials = itertools.count()
         self._orphans: set[asyncio.Task[None]] = set()
@@ -1532,36 +1569,73 @@ class Worker:
         # Looked up per stream: an application may install its tracer provider after creating us.
         self._tracer = _attempt_tracer()
         try:
-            call = pb_grpc.WorkersStub(channel).Work(metadata=_auth_metadata(self._token))
+            offer = self._offers_link() and _target_host(target) is not None
+            metadata = _auth_metadata(self._token) or ()
+            if offer:
+                metadata = (*metadata, (WORKER_LINK_KEY, "1"))
+            call = pb_grpc.WorkersStub(channel).Work(metadata=metadata or None)
             session = _Session(call, self._still_running)
-            self._session = session
-            self.connections += 1
-            session.send(
-                pb.WorkerMessage(
-                    register=pb.Register(
-                        pool=self.pool,
-                        slots=self.slots,
-                        worker_name=self.name,
-                        protocol_version=PROTOCOL_VERSION,
-                        labels=self.labels,
-                    )
-                )
-            )
-            writer = asyncio.create_task(session.write_loop(), name="cronoq-worker-writer")
-            try:
-                return await self._read_loop(session)
-            finally:
-                session.closed.set()
-                session.heartbeats.close()
-                self._session = None
-                self._registered.clear()
-                self._forget_running("session ended")
-                writer.cancel()
-                if not call.done():
-                    call.cancel()
-                await asyncio.gather(writer, return_exceptions=True)
+            end = await self._run_session(session)
+            if offer and not session.registered and end.reason == _CLOSED_BY_SERVER:
+                port = _link_port(await call.initial_metadata())
+                if port is not None:
+                    self.connections -= 1  # the stream that moves to the link counts once
+                    return await self._session_on_link(target, port, secure)
+            return end
         finally:
             await channel.close()
+
+    def _offers_link(self) -> bool:
+        """Whether to offer the server to move this Work stream to a worker link: when enabled, not
+        with explicit channel credentials (a link cannot present them), and not for a while after
+        a link could not be reached."""
+        loop = asyncio.get_running_loop()
+        return self._link and self._credentials is None and loop.time() >= self._link_retry_at
+
+    async def _session_on_link(self, target: str, port: int, secure: bool) -> _SessionEnd:
+        host = _target_host(target)
+        assert host is not None
+        try:
+            call = await WorkerLinkCall.open(
+                host, port, authorization=f"Bearer {self._token}" if self._token else None,
+                ssl_context=link_ssl_context() if secure else None,
+            )  # fmt: skip
+        except (OSError, TimeoutError, ssl.SSLError) as exc:
+            self._link_retry_at = asyncio.get_running_loop().time() + _LINK_RETRY_S
+            log.info("worker link to %s:%d cannot be used (%r); staying on gRPC", host, port, exc)
+            return _SessionEnd("worker link unreachable", False, True)  # reconnect at once, over gRPC
+        log.info("work stream moved to the worker link at %s:%d", host, port)
+        return await self._run_session(_Session(call, self._still_running))
+
+    async def _run_session(self, session: _Session) -> _SessionEnd:
+        """Register on ``session``'s call and serve it until it ends."""
+        call = session.call
+        self._session = session
+        self.connections += 1
+        session.send(
+            pb.WorkerMessage(
+                register=pb.Register(
+                    pool=self.pool,
+                    slots=self.slots,
+                    worker_name=self.name,
+                    protocol_version=PROTOCOL_VERSION,
+                    labels=self.labels,
+                )
+            )
+        )
+        writer = asyncio.create_task(session.write_loop(), name="cronoq-worker-writer")
+        try:
+            return await self._read_loop(session)
+        finally:
+            session.closed.set()
+            session.heartbeats.close()
+            self._session = None
+            self._registered.clear()
+            self._forget_running("session ended")
+            writer.cancel()
+            if not call.done():
+                call.cancel()
+            await asyncio.gather(writer, return_exceptions=True)
 
     async def _read_loop(self, session: _Session) -> _SessionEnd:
         while True:
@@ -1573,7 +1647,7 @@ class Worker:
                     return _SessionEnd("stream cancelled by the worker", False, False)
                 raise
             if message is grpc.aio.EOF:
-                return _SessionEnd("stream closed by the server", False, False)
+                return _SessionEnd(_CLOSED_BY_SERVER, False, False)
             kind = message.WhichOneof("msg")
             if kind == "lease":  # nearly every message of a busy stream
                 self._on_lease(session, message.lease)

@@ -8,17 +8,15 @@ opens one connection to that port on the shard endpoint's host (TLS with ``[serv
 the endpoint is ``https://``) and sends its later forwarded unary calls over it: the same
 ``cronoq.v1`` request message, the caller's own ``authorization``, a time limit; back come the
 status code, message, ``cronoq-*`` metadata and response message a gRPC call would have given.
-Nodes that do not advertise a link (older versions, ``server.peer_link = false``) are reached over
+Nodes that do not advertise a link (older versions, ``server.links = false``) are reached over
 gRPC as before, and so are watches and calls that carry a trace.
 
 Wire format (all integers big-endian):
 
-- each side first sends ``PREFACE``;
-- then frames: ``u32 length`` and that many bytes;
+- each side first sends ``PREFACE``, then frames (``cronoq._linkwire``);
 - request: ``u32 call id, u8 method, u32 time limit in ms, u16 authorization length``, the
   authorization (UTF-8), the serialized request message;
-- response: ``u32 call id, u8 status, u16 message length, u32 metadata length``, the message
-  (UTF-8), the metadata (UTF-8 ``key NUL value NUL`` pairs), the serialized response message.
+- response: ``u32 call id``, a status (``cronoq._linkwire``), the serialized response message.
 
 Status is a gRPC status code, or ``NOT_SERVING`` from a node that is not its shard's leader: the
 call was not run, and the forwarding node sends it over gRPC instead.
@@ -29,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
 import ssl
 import struct
 import time
@@ -40,6 +37,16 @@ from urllib.parse import urlsplit
 
 import grpc
 
+from cronoq._linkwire import (
+    LENGTH,
+    PEER_PREFACE,
+    FrameReader,
+    decode_status,
+    enable_keepalive,
+    encode_status,
+    frame,
+    frame_limit,
+)
 from cronoq.proto import cronoq_pb2 as pb
 
 __all__ = [
@@ -68,14 +75,13 @@ log = logging.getLogger("cronoq.router")
 
 LINK_KEY = "cronoq-peer-link"
 """Trailing metadata of a forwarded gRPC call: the answering leader's link port."""
-PREFACE = b"CRONOQ-PEER-LINK/1\n"
+PREFACE = PEER_PREFACE
 NOT_SERVING = 255
 """Reply status of a node that does not lead its shard (nothing was run)."""
 CONNECT_TIMEOUT_S = 3.0
 
-_LENGTH = struct.Struct(">I")
 _REQUEST = struct.Struct(">IBIH")
-_REPLY = struct.Struct(">IBHI")
+_CALL_ID = struct.Struct(">I")
 _STATUS_BY_NUMBER = {status.value[0]: status for status in grpc.StatusCode}
 
 
@@ -106,27 +112,6 @@ METHODS: tuple[LinkMethod, ...] = (
 METHOD_NUMBER = {(method.service, method.name): number for number, method in enumerate(METHODS)}
 
 
-def frame_limit(max_message_bytes: int) -> int:
-    """Largest frame either side accepts: one message plus room for the call's header."""
-    return max_message_bytes + 64 * 1024
-
-
-def enable_keepalive(transport: asyncio.BaseTransport, idle_s: float, timeout_s: float) -> None:
-    """TCP keepalive on a link's socket, so that a peer gone without a word (a partition, a host
-    that died) is noticed within about ``idle_s + timeout_s`` even while the link is idle."""
-    sock = transport.get_extra_info("socket")
-    if sock is None:
-        return
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-        if hasattr(socket, "TCP_KEEPIDLE"):  # Linux
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, max(1, round(idle_s)))
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, max(1, round(timeout_s / 3)))
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
-    except (OSError, AttributeError):  # pragma: no cover - platform without these options
-        pass
-
-
 class LinkBroken(Exception):
     """The link failed: the call's outcome on the other side is unknown."""
 
@@ -150,7 +135,7 @@ def encode_request(call_id: int, method: int, timeout_s: float, authorization: s
     auth = (authorization or "").encode()
     millis = max(1, min(0xFFFFFFFF, round(timeout_s * 1000)))
     header = _REQUEST.pack(call_id, method, millis, len(auth))
-    return _LENGTH.pack(len(header) + len(auth) + len(body)) + header + auth + body
+    return LENGTH.pack(len(header) + len(auth) + len(body)) + header + auth + body
 
 
 def decode_request(frame: bytes) -> tuple[int, int, float, str | None, bytes]:
@@ -167,65 +152,15 @@ def decode_request(frame: bytes) -> tuple[int, int, float, str | None, bytes]:
 
 
 def encode_reply(call_id: int, status: int, message: str, metadata: tuple[tuple[str, str], ...], body: bytes) -> bytes:
-    text = message.encode()[:0xFFFF]
-    meta = "".join(f"{key}\0{value}\0" for key, value in metadata).encode()
-    header = _REPLY.pack(call_id, status, len(text), len(meta))
-    return _LENGTH.pack(len(header) + len(text) + len(meta) + len(body)) + header + text + meta + body
+    return frame(_CALL_ID.pack(call_id) + encode_status(status, message, metadata) + body)
 
 
-def decode_reply(frame: bytes) -> tuple[int, int, str, tuple[tuple[str, str], ...], bytes]:
-    if len(frame) < _REPLY.size:
+def decode_reply(body: bytes) -> tuple[int, int, str, tuple[tuple[str, str], ...], bytes]:
+    if len(body) < _CALL_ID.size:
         raise ValueError("short reply frame")
-    call_id, status, text_len, meta_len = _REPLY.unpack_from(frame)
-    start = _REPLY.size
-    end = start + text_len + meta_len
-    if len(frame) < end:
-        raise ValueError("truncated reply frame")
-    message = frame[start : start + text_len].decode("utf-8", "replace")
-    parts = frame[start + text_len : end].decode("utf-8", "replace").split("\0")[:-1]
-    metadata = tuple(zip(parts[0::2], parts[1::2], strict=False))
-    return call_id, status, message, metadata, frame[end:]
-
-
-class FrameReader:
-    """Splits a byte stream into the preface and length-prefixed frames."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._buffer = bytearray()
-        self._preface_seen = False
-
-    @property
-    def preface_seen(self) -> bool:
-        return self._preface_seen
-
-    def feed(self, data: bytes) -> list[bytes]:
-        """The complete frames ``data`` finishes; ValueError on a bad preface or an oversized frame."""
-        buffer = self._buffer
-        buffer += data
-        if not self._preface_seen:
-            if len(buffer) < len(PREFACE):
-                if not PREFACE.startswith(bytes(buffer)):
-                    raise ValueError("not a cronoq peer link")
-                return []
-            if buffer[: len(PREFACE)] != PREFACE:
-                raise ValueError("not a cronoq peer link")
-            del buffer[: len(PREFACE)]
-            self._preface_seen = True
-        frames = []
-        offset = 0
-        available = len(buffer)
-        while available - offset >= 4:
-            (length,) = _LENGTH.unpack_from(buffer, offset)
-            if length > self.limit:
-                raise ValueError(f"frame of {length} bytes is larger than {self.limit}")
-            if available - offset - 4 < length:
-                break
-            frames.append(bytes(buffer[offset + 4 : offset + 4 + length]))
-            offset += 4 + length
-        if offset:
-            del buffer[:offset]
-        return frames
+    (call_id,) = _CALL_ID.unpack_from(body)
+    status, message, metadata, end = decode_status(body, _CALL_ID.size)
+    return call_id, status, message, metadata, body[end:]
 
 
 # ------------------------------------------------------------------------------------ client
@@ -238,7 +173,7 @@ class LinkClient(asyncio.Protocol):
                  keepalive: tuple[float, float] = (20.0, 20.0)) -> None:  # fmt: skip
         self.name = name
         self._keepalive = keepalive
-        self._reader = FrameReader(limit)
+        self._reader = FrameReader(limit, (PEER_PREFACE,))
         self._on_lost = on_lost
         self._pending: dict[int, asyncio.Future[tuple[int, str, tuple[tuple[str, str], ...], bytes]]] = {}
         self._next_id = 0
@@ -275,9 +210,9 @@ class LinkClient(asyncio.Protocol):
             return
         if not self._ready.done():
             self._ready.set_result(None)  # the preface came back
-        for frame in frames:
+        for data_frame in frames:
             try:
-                call_id, status, message, metadata, body = decode_reply(frame)
+                call_id, status, message, metadata, body = decode_reply(data_frame)
             except ValueError as exc:
                 self._fail(f"protocol error: {exc}")
                 return

@@ -156,7 +156,7 @@ class Router:
         self.local_name = local_shard.name if local_shard is not None else ""
         self.peers = PeerChannels(config)
         self.links = PeerLinks(
-            enabled=config.server.peer_link and self.sharded,
+            enabled=config.server.links and self.sharded,
             limit=frame_limit(self.limits.max_message_bytes),
             ssl_context=self._link_ssl,
             keepalive=(self.limits.keepalive_interval_s, self.limits.keepalive_timeout_s),

@@ -43,7 +43,7 @@ from .auth import Authenticator
 from .convert import core_config
 from .grpc_service import SHUTDOWN_LINGER_S, GrpcServices, server_options
 from .http import HttpGateway, ListenError, start_http
-from .peer_link import LinkServer
+from .links import LinkServer
 
 __all__ = ["BindError", "ServerApp", "make_store"]
 
@@ -139,8 +139,11 @@ class ServerApp:
         self._grace = config.server.shutdown_grace_s
         self.service: ShardService | None = None
         self.http: HttpGateway | None = None
-        # Peer links carry other shards' forwarded calls (only with [[shards]]).
-        self.links = LinkServer(self.api, self.router, self.authenticator) if self.router.links.enabled else None
+        # Links carry other shards' forwarded calls and workers' Work streams beside gRPC.
+        self.links: LinkServer | None = None
+        if config.server.links:
+            work = GrpcServices(self.api, self.authenticator, router=self.router).Work
+            self.links = LinkServer(self.api, self.router, self.authenticator, work)
         self._scaler = _WebhookScaler(config)
         # OpenTelemetry (OTEL_* environment): None, and no cost, when nothing is to be exported.
         self.telemetry = telemetry.setup(config, self.api)
@@ -203,7 +206,7 @@ class ServerApp:
                 try:
                     await self.links.start(self._host, self.config)
                 except OSError as exc:
-                    raise BindError(f"cannot listen for peer links on {self._host}: {exc.strerror or exc}") from None
+                    raise BindError(f"cannot listen for links on {self._host}: {exc.strerror or exc}") from None
             server = await self._listen(standby=True)
         except BaseException:
             if self.links is not None:

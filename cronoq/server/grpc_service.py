@@ -27,6 +27,7 @@ from cronoq.proto import cronoq_pb2 as pb
 from cronoq.proto import cronoq_pb2_grpc as pbg
 from cronoq.router import FORWARDED, UNAVAILABLE_SHARDS_KEY, Router, collect_unavailable
 from cronoq.router.link import LINK_KEY
+from cronoq.server.worker_link import WORKER_LINK_KEY
 from cronoq.shard.blob import Blob
 from cronoq.shard.service import PROTOCOL_VERSION, ShardService
 from cronoq.shard.workers import AbortOut, LeaseOut, ShutdownOut, WorkerSession
@@ -114,8 +115,9 @@ class GrpcServices(pbg.TasksServicer, pbg.AdminServicer, pbg.WorkersServicer):
         self.limits = api.limits
         self._inflight = 0
         self._unary_bound = api.limits.max_wait_s + api.limits.request_timeout_s
-        # Forwarding nodes learn this leader's peer link port from its answers to them.
+        # Forwarding nodes and workers learn this leader's link port from its answers to them.
         self._link_advert = ((LINK_KEY, str(link_port)),) if link_port and not standby else ()
+        self._worker_link_advert = ((WORKER_LINK_KEY, str(link_port)),) if link_port and not standby else ()
 
     def add_to(self, server: grpc.aio.Server) -> None:
         pbg.add_TasksServicer_to_server(self, server)  # type: ignore[no-untyped-call]
@@ -231,6 +233,12 @@ class GrpcServices(pbg.TasksServicer, pbg.AdminServicer, pbg.WorkersServicer):
                 return
             if first.WhichOneof("msg") != "register":
                 raise ApiError.invalid("the first message of a Work stream must be Register")
+            if self._moves_to_link(context, principal):
+                # The worker can move to a link: check what it asks for, name the port, and end
+                # this stream before anything is registered (the worker registers on the link).
+                self._check_register(principal, first.register)
+                await context.send_initial_metadata(self._worker_link_advert)
+                return
             service, session = self._register(principal, first.register)
         except ApiError as error:
             await _abort(context, error)
@@ -238,7 +246,14 @@ class GrpcServices(pbg.TasksServicer, pbg.AdminServicer, pbg.WorkersServicer):
         stream = _WorkStream(self, service, session, context)
         await stream.run()
 
-    def _register(self, principal: Principal, register: pb.Register) -> tuple[ShardService, WorkerSession]:
+    def _moves_to_link(self, context: Any, principal: Principal) -> bool:
+        """Whether this Work stream's worker offered to move to a link and may (a token caller)."""
+        if not self._worker_link_advert or principal.certificate:
+            return False
+        return _metadata_value(context, WORKER_LINK_KEY) == "1"
+
+    def _check_register(self, principal: Principal, register: pb.Register) -> tuple[str, int, str, dict[str, str]]:
+        """``(pool, granted slots, name, labels)`` of an acceptable Register; ApiError otherwise."""
         if register.protocol_version < PROTOCOL_VERSION:
             raise ApiError(
                 Code.FAILED_PRECONDITION,
@@ -257,7 +272,10 @@ class GrpcServices(pbg.TasksServicer, pbg.AdminServicer, pbg.WorkersServicer):
         if register.slots < 1:
             raise ApiError.invalid("a worker needs at least one slot")
         section = self.api.config.pool(pool)
-        granted = min(register.slots, section.slots_cap(self.limits))
+        return pool, min(register.slots, section.slots_cap(self.limits)), name, labels
+
+    def _register(self, principal: Principal, register: pb.Register) -> tuple[ShardService, WorkerSession]:
+        pool, granted, name, labels = self._check_register(principal, register)
         service = self.api.current()
         try:
             session = service.register_worker(pool, granted, name, labels, register.protocol_version)

@@ -195,7 +195,7 @@ async def test_without_peer_links_forwarding_stays_on_grpc(tmp_path: Path) -> No
     store = f'[store]\nkind = "sqlite"\npath = "{tmp_path}/{{shard}}.db"'
     cluster = Federation(tmp_path, store)
     for node in cluster.nodes.values():
-        node.config_template = node.config_template.replace("[server]\n", "[server]\npeer_link = false\n", 1)
+        node.config_template = node.config_template.replace("[server]\n", "[server]\nlinks = false\n", 1)
     cluster.start()
     try:
         for _ in range(5):
@@ -234,7 +234,7 @@ async def test_links_between_https_shards_use_tls(tmp_path: Path) -> None:
         for _ in range(3):
             assert await submit_p2(s1.address, credentials) >> SHARD_BITS == 2
         # The link port speaks TLS only, and wants a client certificate as the gRPC port does.
-        port = int(s2.stderr().split("listening (peer link) port ")[1].split()[0])
+        port = int(s2.stderr().split("listening (links) port ")[1].split()[0])
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(PREFACE)
         assert await asyncio.wait_for(reader.read(), 5) == b""

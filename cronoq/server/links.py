@@ -1,13 +1,15 @@
-"""The receiving end of peer links (``cronoq.router.link``): forwarded unary calls from other shards.
+"""The link listener of a server: peer links (``cronoq.router.link``), forwarded unary calls from
+other shards, and worker links (``worker_link``), Work streams of ``cronoq.client`` workers.
 
 The listener runs for the whole process on an extra port of the gRPC listener's host, with the
-same TLS (and client-certificate requirement) as the gRPC listener. The port is named only to
-callers of forwarded gRPC calls, in their trailing metadata, and only while this node leads its
-shard. Every call on a link is checked as a gRPC call would be: the caller's token authenticates
-it (a link itself grants nothing), ``max_concurrent_requests`` and the unary time bound apply,
-and the handler is the router's, which answers forwarded calls from this shard only. A node that
-does not lead its shard answers ``NOT_SERVING`` without running anything, and a leader that steps
-down closes its links, so forwarding nodes go back to gRPC and find the new leader.
+same TLS (and client-certificate requirement) as the gRPC listener; the preface a connection
+sends says which kind it is. The port is named only in answers to gRPC calls that can move (the
+trailing metadata of forwarded calls, the initial metadata of Work streams whose worker offered
+to), and only while this node leads its shard. Everything on a link is checked as on gRPC: the
+caller's token authenticates each call or stream (a link itself grants nothing), and the limits
+apply. A forwarded call is answered by the router, from this shard only; a node that does not lead
+its shard answers ``NOT_SERVING`` without running anything, and a leader that steps down closes its
+peer links, so forwarding nodes go back to gRPC and find the new leader.
 """
 
 from __future__ import annotations
@@ -22,23 +24,16 @@ from typing import Any, cast
 
 from google.protobuf.message import DecodeError
 
+from cronoq._linkwire import PEER_PREFACE, FrameReader, enable_keepalive, frame_limit
 from cronoq.config import Config
 from cronoq.router import Router, collect_unavailable
-from cronoq.router.link import (
-    METHODS,
-    NOT_SERVING,
-    PREFACE,
-    FrameReader,
-    decode_request,
-    enable_keepalive,
-    encode_reply,
-    frame_limit,
-)
+from cronoq.router.link import METHODS, NOT_SERVING, decode_request, encode_reply
 from cronoq.router.router import UNAVAILABLE_SHARDS_KEY
 
 from .api import Api
 from .auth import Authenticator
 from .errors import ApiError, Code, from_exception
+from .worker_link import HELLO, WorkerLinkStream, serve_work
 
 __all__ = ["LinkServer"]
 
@@ -77,8 +72,10 @@ def _server_ssl(config: Config) -> ssl.SSLContext | None:
 class LinkServer:
     """Accepts peer links and answers the calls they carry."""
 
-    def __init__(self, api: Api, router: Router, authenticator: Authenticator) -> None:
+    def __init__(self, api: Api, router: Router, authenticator: Authenticator,
+                 work: Callable[[Any, Any], Awaitable[None]]) -> None:  # fmt: skip
         self.api = api
+        self.work = work
         self.router = router
         self.auth = authenticator
         self.limits = api.limits
@@ -100,13 +97,15 @@ class LinkServer:
         address = str(infos[0][4][0])
         self._server = await loop.create_server(lambda: _LinkConnection(self), address, 0, ssl=_server_ssl(config))
         self.port = int(self._server.sockets[0].getsockname()[1])
-        log.info("listening (peer link) port %d", self.port)
+        log.info("listening (links) port %d", self.port)
         return self.port
 
     def retire(self) -> None:
-        """Close every link (this node stopped leading: forwarding nodes must look again)."""
+        """Close every peer link (this node stopped leading: forwarding nodes must look again).
+        Work streams on worker links end by themselves, after their workers got Shutdown."""
         for connection in list(self._connections):
-            connection.close()
+            if connection.is_peer:
+                connection.close()
 
     async def close(self) -> None:
         if self._server is not None:
@@ -152,7 +151,8 @@ class LinkServer:
 
 
 class _LinkConnection(asyncio.Protocol):
-    """One accepted link: each request frame runs as its own task; replies go out as they finish."""
+    """One accepted link. On a peer link each request frame runs as its own task and replies go
+    out as they finish; a worker link carries one Work stream (``worker_link``)."""
 
     def __init__(self, server: LinkServer) -> None:
         self.server = server
@@ -160,7 +160,12 @@ class _LinkConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.tasks: set[asyncio.Task[None]] = set()
         self.greeted = False
+        self.work: WorkerLinkStream | None = None
         self._preface_timer: asyncio.TimerHandle | None = None
+
+    @property
+    def is_peer(self) -> bool:
+        return self.reader.preface == PEER_PREFACE
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
@@ -176,22 +181,38 @@ class _LinkConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         try:
             frames = self.reader.feed(data)
+            if not self.greeted and self.reader.preface is not None:
+                self.greeted = True
+                assert self.transport is not None
+                self.transport.write(self.reader.preface)
+            if self.is_peer:
+                for body in frames:
+                    task = asyncio.ensure_future(self._answer(body))
+                    self.tasks.add(task)
+                    task.add_done_callback(self.tasks.discard)
+            else:
+                for body in frames:
+                    self._work_frame(body)
         except ValueError as exc:
-            log.warning("peer link from %s closed: %s", self._peer(), exc)
+            log.warning("link from %s closed: %s", self._peer(), exc)
             self.close()
-            return
-        if not self.greeted and self.reader.preface_seen:
-            self.greeted = True
-            assert self.transport is not None
-            self.transport.write(PREFACE)
-        for frame in frames:
-            task = asyncio.ensure_future(self._answer(frame))
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
 
-    async def _answer(self, frame: bytes) -> None:
+    def _work_frame(self, body: bytes) -> None:
+        if self.work is not None:
+            self.work.deliver(body)
+            return
+        if not body or body[0] != HELLO:
+            raise ValueError("a worker link starts with a hello")
+        assert self.transport is not None
+        self.work = WorkerLinkStream(self.transport, body[1:].decode("utf-8", "replace") or None)
+        log.info("work stream from %s on a worker link", self._peer())
+        task = asyncio.ensure_future(serve_work(self.server.work, self.work))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _answer(self, body: bytes) -> None:
         try:
-            reply = await self.server.answer(frame)
+            reply = await self.server.answer(body)
         except ValueError as exc:  # a malformed frame: the link cannot be trusted any more
             log.warning("peer link from %s closed: %s", self._peer(), exc)
             self.close()
@@ -207,11 +228,23 @@ class _LinkConnection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
+    def pause_writing(self) -> None:
+        if self.work is not None:
+            self.work.pause()
+
+    def resume_writing(self) -> None:
+        if self.work is not None:
+            self.work.resume()
+
     def connection_lost(self, exc: Exception | None) -> None:
         self.server._connections.discard(self)
         if self._preface_timer is not None:
             self._preface_timer.cancel()
-        # The other side is gone: nobody waits for these answers (as gRPC cancels its handlers).
-        for task in list(self.tasks):
-            task.cancel()
+        if self.work is not None:
+            # The Work stream reads the end of its input and ends as a disconnected gRPC one does.
+            self.work.lost()
+        else:
+            # Nobody waits for these answers any more (as gRPC cancels its handlers).
+            for task in list(self.tasks):
+                task.cancel()
         self.transport = None
