@@ -10,6 +10,8 @@ from cronoq.router.link import PREFACE, FrameReader, decode_reply, decode_reques
 from hypothesis import given
 from hypothesis import strategies as st
 
+from cronoq._linkwire import PEER_PREFACE, PREFACES, WORKER_PREFACE, decode_status, encode_status, frame
+
 LIMIT = 4096
 
 bodies = st.binary(max_size=600)
@@ -55,7 +57,7 @@ def test_replies_decode_to_what_was_sent(call_id: int, status: int, message: str
 
 
 def test_a_stream_without_the_preface_is_refused() -> None:
-    with pytest.raises(ValueError, match="not a cronoq peer link"):
+    with pytest.raises(ValueError, match="not a cronoq link"):
         FrameReader(LIMIT).feed(b"GET / HTTP/1.1\r\n")
     assert FrameReader(LIMIT).feed(PREFACE[:5]) == []  # a preface still arriving is fine
 
@@ -74,3 +76,19 @@ def test_truncated_frames_do_not_decode() -> None:
         decode_request(frame[:12])
     with pytest.raises(ValueError):
         decode_reply(encode_reply(1, 0, "message", (("k", "v"),), b"")[4:10])
+
+
+def test_a_listener_tells_peer_and_worker_links_apart() -> None:
+    for preface in PREFACES:
+        reader = FrameReader(LIMIT)
+        assert reader.feed(preface[:7]) == [] and reader.preface is None
+        assert reader.feed(preface[7:] + frame(b"x")) == [b"x"]
+        assert reader.preface == preface
+    with pytest.raises(ValueError):
+        FrameReader(LIMIT, (PEER_PREFACE,)).feed(WORKER_PREFACE)  # a peer link's client wants a peer
+
+
+@given(code=st.integers(0, 255), message=st.text(max_size=100), meta=metadata, tail=bodies)
+def test_statuses_decode_to_what_was_sent(code: int, message: str, meta: list, tail: bytes) -> None:
+    body = encode_status(code, message, tuple(meta))
+    assert decode_status(body + tail) == (code, message, tuple(meta), len(body))
