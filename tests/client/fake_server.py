@@ -84,6 +84,8 @@ class FakeCronoq:
         self.lease_ttl_per_lease: float | None = None
         self.auto_dispatch = True
         self.on_register: OnRegister | None = None
+        self.worker_link_port: int | None = None
+        """When set, a worker that offers to move to a worker link is told to go to this port."""
         # Tasks.
         self.tasks: dict[int, TaskRec] = {}
         self.by_key: dict[str, int] = {}
@@ -242,6 +244,9 @@ class FakeCronoq:
                 return
             assert first.WhichOneof("msg") == "register", first
             stream.register = first.register
+            if self.worker_link_port is not None and stream.metadata.get("cronoq-worker-link") == "1":
+                await context.send_initial_metadata((("cronoq-worker-link", str(self.worker_link_port)),))
+                return
             if self.on_register is not None:
                 await self.on_register(stream, context)
             registered = pb.Registered(worker_id=len(self.streams), slots=self.granted_slots,
