@@ -14,13 +14,14 @@ Cases:
   snapshots of every node, polled every 20 ms); ``cpu_s_per_1000_tasks`` is the CPU time of all
   server processes together (user + system, from /proc/<pid>/stat) per 1000 tasks.
 * ``single_submit_owner`` / ``single_submit_foreign`` on the 2-shard cluster: Submit of one
-  ``pool2`` task to its own shard's node (s2) or to the other node (s1, which forwards it).
+  ``pool2`` task to its own shard's node (s2) or to the other node (s1, which forwards it: over
+  the peer link s2 names once the warm-up calls have reached it, see ``cronoq.router.link``).
   ``p50_ms`` / ``p99_ms``: acknowledgement latency of ``--latency-samples`` calls made one at a
   time; ``tasks_per_s``: ``--single-tasks`` calls, 32 in flight.
 
 * ``grpc_hop_floor``: the same client calling a trivial grpc-aio server directly and through a
   trivial grpc-aio proxy (``grpc_hop.py``): ``hop_p50_ms`` and ``proxy_cpu_us_per_call`` are what
-  one extra hop costs on this machine before any router code runs.
+  one extra grpc-aio hop costs on this machine, the price forwarding paid before peer links.
 
 Without the router in the build, a foreign node refuses with FAILED_PRECONDITION: the scaling
 cases then submit every batch to its owner (reported as ``"router": false``) and the foreign
@@ -461,8 +462,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1, help="worker processes per pool")
     parser.add_argument("--slots", type=int, default=256, help="slots of each worker")
     parser.add_argument("--submitters", type=int, default=4, help="SubmitBatch calls in flight")
-    parser.add_argument("--latency-samples", type=int, default=300, help="sequential Submits for p50/p99")
-    parser.add_argument("--single-tasks", type=int, default=2000, help="Submits for the single-submit throughput")
+    parser.add_argument("--latency-samples", type=int, default=1000, help="sequential Submits for p50/p99")
+    parser.add_argument("--single-tasks", type=int, default=5000, help="Submits for the single-submit throughput")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for completion")
     parser.add_argument(
         "--dsn",
