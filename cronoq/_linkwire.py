@@ -27,6 +27,7 @@ __all__ = [
     "WORKER_LINK_KEY",
     "WORKER_PREFACE",
     "FrameReader",
+    "WriteGate",
     "decode_status",
     "enable_keepalive",
     "encode_status",
@@ -92,6 +93,31 @@ def enable_keepalive(transport: asyncio.BaseTransport, idle_s: float, timeout_s:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
     except (OSError, AttributeError):  # pragma: no cover - platform without these options
         pass
+
+
+class WriteGate:
+    """A link's flow control: while its transport is paused (the peer reads too slowly), writers
+    wait here; ``resume`` also releases them when the connection is gone."""
+
+    def __init__(self) -> None:
+        self._resumed: asyncio.Future[None] | None = None
+
+    @property
+    def paused(self) -> bool:
+        return self._resumed is not None
+
+    def pause(self) -> None:
+        if self._resumed is None:
+            self._resumed = asyncio.get_running_loop().create_future()
+
+    def resume(self) -> None:
+        resumed, self._resumed = self._resumed, None
+        if resumed is not None and not resumed.done():
+            resumed.set_result(None)
+
+    async def wait(self) -> None:
+        if self._resumed is not None:
+            await self._resumed
 
 
 class FrameReader:

@@ -24,6 +24,7 @@ from cronoq._linkwire import (
     STATUS,
     WORKER_PREFACE,
     FrameReader,
+    WriteGate,
     decode_status,
     enable_keepalive,
     frame,
@@ -49,7 +50,7 @@ class WorkerLinkCall(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._inbox: deque[Any] = deque()
         self._waiter: asyncio.Future[None] | None = None
-        self._writable: asyncio.Future[None] | None = None
+        self._gate = WriteGate()
         self._ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._status: tuple[grpc.StatusCode, str, tuple[tuple[str, str], ...]] | None = None
         self._cancelled = False
@@ -92,8 +93,7 @@ class WorkerLinkCall(asyncio.Protocol):
         if transport is None or transport.is_closing():
             raise ConnectionError("the worker link is closed")
         transport.write(frame(_MESSAGE + message.SerializeToString()))
-        if self._writable is not None:
-            await self._writable
+        await self._gate.wait()
 
     async def done_writing(self) -> None:
         if self._transport is not None and not self._transport.is_closing():
@@ -147,18 +147,13 @@ class WorkerLinkCall(asyncio.Protocol):
         if not self._ready.done():
             self._ready.set_exception(ConnectionError(f"worker link closed: {exc or 'by the server'}"))
         self._end(grpc.StatusCode.UNAVAILABLE, f"worker link lost: {exc or 'connection closed'}", ())
-        writable, self._writable = self._writable, None
-        if writable is not None and not writable.done():
-            writable.set_result(None)
+        self._gate.resume()
 
     def pause_writing(self) -> None:
-        if self._writable is None:
-            self._writable = asyncio.get_running_loop().create_future()
+        self._gate.pause()
 
     def resume_writing(self) -> None:
-        writable, self._writable = self._writable, None
-        if writable is not None and not writable.done():
-            writable.set_result(None)
+        self._gate.resume()
 
     def _end(self, code: grpc.StatusCode, message: str, metadata: tuple[tuple[str, str], ...]) -> None:
         if self._status is None:

@@ -41,6 +41,7 @@ from cronoq._linkwire import (
     LENGTH,
     PEER_PREFACE,
     FrameReader,
+    WriteGate,
     decode_status,
     enable_keepalive,
     encode_status,
@@ -179,7 +180,7 @@ class LinkClient(asyncio.Protocol):
         self._next_id = 0
         self._transport: asyncio.Transport | None = None
         self._ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._paused: asyncio.Future[None] | None = None
+        self._gate = WriteGate()
         self.alive = False
 
     @classmethod
@@ -229,17 +230,14 @@ class LinkClient(asyncio.Protocol):
         for waiter in pending.values():
             if not waiter.done():
                 waiter.set_exception(LinkBroken(reason))
-        if self._paused is not None and not self._paused.done():
-            self._paused.set_result(None)
+        self._gate.resume()
         self._on_lost(self)
 
     def pause_writing(self) -> None:
-        self._paused = asyncio.get_running_loop().create_future()
+        self._gate.pause()
 
     def resume_writing(self) -> None:
-        if self._paused is not None and not self._paused.done():
-            self._paused.set_result(None)
-        self._paused = None
+        self._gate.resume()
 
     def _fail(self, reason: str) -> None:
         log.warning("peer link to shard %s: %s", self.name, reason)
@@ -258,8 +256,8 @@ class LinkClient(asyncio.Protocol):
         waiter = asyncio.get_running_loop().create_future()
         self._pending[call_id] = waiter
         try:
-            if self._paused is not None:
-                await self._paused
+            if self._gate.paused:
+                await self._gate.wait()
                 if not self.alive:
                     raise LinkNotServing("link closed")
             self._transport.write(encode_request(call_id, method, timeout, authorization, request.SerializeToString()))

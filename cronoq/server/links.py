@@ -230,11 +230,11 @@ class _LinkConnection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         if self.work is not None:
-            self.work.pause()
+            self.work.gate.pause()
 
     def resume_writing(self) -> None:
         if self.work is not None:
-            self.work.resume()
+            self.work.gate.resume()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server._connections.discard(self)

@@ -27,7 +27,7 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
-from cronoq._linkwire import HALF_CLOSE, HELLO, MESSAGE, STATUS, WORKER_LINK_KEY, encode_status, frame
+from cronoq._linkwire import HALF_CLOSE, HELLO, MESSAGE, STATUS, WORKER_LINK_KEY, WriteGate, encode_status, frame
 from cronoq.proto import cronoq_pb2 as pb
 
 __all__ = ["HALF_CLOSE", "HELLO", "MESSAGE", "STATUS", "WORKER_LINK_KEY", "WorkerLinkStream"]
@@ -49,7 +49,7 @@ class WorkerLinkStream:
         self._metadata = (("authorization", authorization),) if authorization else ()
         self._inbox: deque[Any] = deque()
         self._waiter: asyncio.Future[None] | None = None
-        self._writable: asyncio.Future[None] | None = None
+        self.gate = WriteGate()
         self._ended = False
         self.finished = False
 
@@ -73,8 +73,7 @@ class WorkerLinkStream:
         if self.finished or self._transport.is_closing():
             raise ConnectionError("the worker link is closed")
         self._transport.write(frame(_MESSAGE + message.SerializeToString()))
-        if self._writable is not None:
-            await self._writable
+        await self.gate.wait()
 
     async def send_initial_metadata(self, metadata: Any) -> None:
         pass  # nothing travels ahead of the first message on a link
@@ -112,16 +111,7 @@ class WorkerLinkStream:
         self._ended = True
         self.finished = True
         self._wake()
-        self.resume()
-
-    def pause(self) -> None:
-        if self._writable is None:
-            self._writable = asyncio.get_running_loop().create_future()
-
-    def resume(self) -> None:
-        writable, self._writable = self._writable, None
-        if writable is not None and not writable.done():
-            writable.set_result(None)
+        self.gate.resume()
 
     def _wake(self) -> None:
         waiter, self._waiter = self._waiter, None

@@ -10,7 +10,7 @@ import signal
 import ssl
 import struct
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import grpc
@@ -162,6 +162,15 @@ async def test_a_link_that_breaks_the_protocol_is_closed(federation: Federation)
 # ------------------------------------------------------------------ lifecycle and configuration
 
 
+def sqlite_cluster(directory: Path, edit: Callable[[str], str]) -> Federation:
+    """A started two-shard cluster on SQLite whose configuration ``edit`` changed."""
+    cluster = Federation(directory, f'[store]\nkind = "sqlite"\npath = "{directory}/{{shard}}.db"')
+    for node in cluster.nodes.values():
+        assert node.config_template is not None
+        node.config_template = edit(node.config_template)
+    return cluster.start()
+
+
 async def submit_p2(target: str, credentials: grpc.ChannelCredentials | None = None) -> int:
     channel = grpc.aio.secure_channel(target, credentials) if credentials else grpc.aio.insecure_channel(target)
     async with channel:
@@ -192,11 +201,7 @@ async def test_a_link_follows_its_shard_through_a_restart(sqlite_federation: Fed
 
 
 async def test_without_peer_links_forwarding_stays_on_grpc(tmp_path: Path) -> None:
-    store = f'[store]\nkind = "sqlite"\npath = "{tmp_path}/{{shard}}.db"'
-    cluster = Federation(tmp_path, store)
-    for node in cluster.nodes.values():
-        node.config_template = node.config_template.replace("[server]\n", "[server]\nlinks = false\n", 1)
-    cluster.start()
+    cluster = sqlite_cluster(tmp_path, lambda text: text.replace("[server]\n", "[server]\nlinks = false\n", 1))
     try:
         for _ in range(5):
             assert await submit_p2(cluster["s1"].address) >> SHARD_BITS == 2
@@ -210,8 +215,6 @@ async def test_without_peer_links_forwarding_stays_on_grpc(tmp_path: Path) -> No
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
 async def test_links_between_https_shards_use_tls(tmp_path: Path) -> None:
     make_certificates(tmp_path)
-    store = f'[store]\nkind = "sqlite"\npath = "{tmp_path}/{{shard}}.db"'
-    cluster = Federation(tmp_path, store)
     tls = (
         "[server.tls]\n"
         f'cert = "{tmp_path}/server.pem"\nkey = "{tmp_path}/server.key"\nclient_ca = "{tmp_path}/ca.pem"\n\n'
@@ -219,10 +222,9 @@ async def test_links_between_https_shards_use_tls(tmp_path: Path) -> None:
         f'ca = "{tmp_path}/ca.pem"\ncert = "{tmp_path}/client.pem"\nkey = "{tmp_path}/client.key"\n\n'
         "[limits]\n"
     )
-    for node in cluster.nodes.values():
-        text = node.config_template.replace("[limits]\n", tls, 1).replace("http://127.0.0.1", "https://127.0.0.1")
-        node.config_template = text
-    cluster.start()
+    cluster = sqlite_cluster(
+        tmp_path, lambda text: text.replace("[limits]\n", tls, 1).replace("http://127.0.0.1", "https://127.0.0.1")
+    )
     try:
         credentials = grpc.ssl_channel_credentials(
             (tmp_path / "ca.pem").read_bytes(), (tmp_path / "client.key").read_bytes(),
@@ -249,11 +251,7 @@ async def test_links_between_https_shards_use_tls(tmp_path: Path) -> None:
 
 
 async def test_a_link_that_stays_silent_is_dropped(tmp_path: Path) -> None:
-    store = f'[store]\nkind = "sqlite"\npath = "{tmp_path}/{{shard}}.db"'
-    cluster = Federation(tmp_path, store)
-    for node in cluster.nodes.values():
-        node.config_template = node.config_template.replace("[limits]\n", "[limits]\nrequest_timeout_s = 1\n", 1)
-    cluster.start()
+    cluster = sqlite_cluster(tmp_path, lambda text: text.replace("[limits]\n", "[limits]\nrequest_timeout_s = 1\n", 1))
     s1, s2 = cluster["s1"], cluster["s2"]
     try:
         assert await submit_p2(s1.address) >> SHARD_BITS == 2

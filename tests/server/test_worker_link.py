@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import shutil
 import ssl
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import grpc
@@ -22,21 +21,6 @@ from tests.server.harness import CLIENT_TOKEN, WORKER_TOKEN, ServerProcess
 from tests.server.test_tls import make_certificates
 
 LINKED = "on a worker link"
-
-
-@pytest.fixture(scope="module")
-def linked_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    proc = ServerProcess(tmp_path_factory.mktemp("worker-link"), SHARED_CONFIG, name="linked").start()
-    try:
-        yield proc
-    finally:
-        proc.stop()
-
-
-@pytest.fixture
-async def client(linked_server: ServerProcess) -> AsyncIterator[Client]:
-    async with Client(linked_server.address, token=CLIENT_TOKEN) as c:
-        yield c
 
 
 def link_port(server: ServerProcess) -> int:
@@ -61,17 +45,17 @@ async def serve_and_submit(server: ServerProcess, client: Client, tasks: int, **
     return worker
 
 
-async def test_a_worker_moves_to_the_link_and_serves_there(linked_server: ServerProcess, client: Client) -> None:
-    before = linked_server.stderr().count(LINKED)
-    worker = await serve_and_submit(linked_server, client, 30)
-    assert linked_server.stderr().count(LINKED) == before + 1
+async def test_a_worker_moves_to_the_link_and_serves_there(server: ServerProcess, client: Client) -> None:
+    before = server.stderr().count(LINKED)
+    worker = await serve_and_submit(server, client, 30)
+    assert server.stderr().count(LINKED) == before + 1
     assert worker.connections == 1  # the offer and the stream on the link count once
 
 
-async def test_a_worker_without_links_stays_on_grpc(linked_server: ServerProcess, client: Client) -> None:
-    before = linked_server.stderr().count(LINKED)
-    await serve_and_submit(linked_server, client, 5, link=False)
-    assert linked_server.stderr().count(LINKED) == before
+async def test_a_worker_without_links_stays_on_grpc(server: ServerProcess, client: Client) -> None:
+    before = server.stderr().count(LINKED)
+    await serve_and_submit(server, client, 5, link=False)
+    assert server.stderr().count(LINKED) == before
 
 
 async def test_a_server_without_links_keeps_workers_on_grpc(tmp_path: Path) -> None:
@@ -85,8 +69,8 @@ async def test_a_server_without_links_keeps_workers_on_grpc(tmp_path: Path) -> N
         server.stop()
 
 
-async def test_a_worker_link_checks_credentials_and_the_protocol_itself(linked_server: ServerProcess) -> None:
-    port = link_port(linked_server)
+async def test_a_worker_link_checks_credentials_and_the_protocol_itself(server: ServerProcess) -> None:
+    port = link_port(server)
     register = pb.WorkerMessage(register=pb.Register(pool="other", slots=1, protocol_version=3))
     for authorization, code in ((None, grpc.StatusCode.UNAUTHENTICATED),
                                 (f"Bearer {CLIENT_TOKEN}", grpc.StatusCode.PERMISSION_DENIED)):  # fmt: skip
