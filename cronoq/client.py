@@ -1568,6 +1568,7 @@ class Worker:
         channel = _open_channel(target, secure=secure, credentials=self._credentials, options=options)
         # Looked up per stream: an application may install its tracer provider after creating us.
         self._tracer = _attempt_tracer()
+        port = None
         try:
             offer = self._offers_link() and _target_host(target) is not None
             metadata = _auth_metadata(self._token) or ()
@@ -1578,12 +1579,12 @@ class Worker:
             end = await self._run_session(session)
             if offer and not session.registered and end.reason == _CLOSED_BY_SERVER:
                 port = _link_port(await call.initial_metadata())
-                if port is not None:
-                    self.connections -= 1  # the stream that moves to the link counts once
-                    return await self._session_on_link(target, port, secure)
-            return end
         finally:
             await channel.close()
+        if port is None:
+            return end
+        self.connections -= 1  # the stream that moves to the link counts once
+        return await self._session_on_link(target, port, secure)
 
     def _offers_link(self) -> bool:
         """Whether to offer the server to move this Work stream to a worker link: when enabled, not
