@@ -40,7 +40,8 @@ __all__ = ["LinkServer"]
 log = logging.getLogger("cronoq.server")
 
 PREFACE_TIMEOUT_S = 10.0
-"""A connection that has not sent the link preface by then is closed."""
+"""A connection that has not sent its preface (and, on a worker link, its hello) by then is closed."""
+STANDBY_LINGER_S = 1.0
 
 _HANDLER_NAMES = {
     "Submit": "submit",
@@ -172,10 +173,16 @@ class _LinkConnection(asyncio.Protocol):
         limits = self.server.limits
         enable_keepalive(transport, limits.keepalive_interval_s, limits.keepalive_timeout_s)
         self.server._connections.add(self)
-        self._preface_timer = asyncio.get_running_loop().call_later(PREFACE_TIMEOUT_S, self._no_preface)
+        loop = asyncio.get_running_loop()
+        self._preface_timer = loop.call_later(PREFACE_TIMEOUT_S, self._no_preface)
+        if not self.server.api.serving:
+            # As on the gRPC listener: a standby lets each connection go about a second after
+            # accepting it (whatever it carried was refused meanwhile).
+            loop.call_later(STANDBY_LINGER_S, self.close)
 
     def _no_preface(self) -> None:
-        if not self.greeted:
+        # A peer link may then stay idle between calls; a worker link must have said hello.
+        if not self.greeted or (not self.is_peer and self.work is None):
             self.close()
 
     def data_received(self, data: bytes) -> None:
