@@ -58,7 +58,7 @@ class WorkerLinkCall(asyncio.Protocol):
     @classmethod
     async def open(cls, host: str, port: int, *, authorization: str | None, ssl_context: ssl.SSLContext | None,
                    limit: int = 64 << 20) -> WorkerLinkCall:  # fmt: skip
-        """Connect, say hello with ``authorization``, and wait for the server's preface."""
+        """Connect, exchange prefaces, then say hello with ``authorization``."""
         loop = asyncio.get_running_loop()
         transport: asyncio.Transport | None = None
         try:
@@ -66,9 +66,11 @@ class WorkerLinkCall(asyncio.Protocol):
                 transport, call = await loop.create_connection(
                     lambda: cls(limit), host, port, ssl=ssl_context, server_hostname=host if ssl_context else None
                 )
-                hello = frame(bytes([HELLO]) + (authorization or "").encode())
-                transport.write(WORKER_PREFACE + hello)
+                transport.write(WORKER_PREFACE)
+                # The token goes out only once the other side answered as a cronoq link listener
+                # would, never to whatever else might listen on that port.
                 await call._ready
+                transport.write(frame(bytes([HELLO]) + (authorization or "").encode()))
         except BaseException:
             if transport is not None:
                 transport.close()
