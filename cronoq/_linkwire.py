@@ -60,8 +60,9 @@ def frame_limit(max_message_bytes: int) -> int:
 
 
 def encode_status(code: int, message: str, metadata: Metadata) -> bytes:
-    text = message.encode()[:0xFFFF]
-    meta = "".join(f"{key}\0{value}\0" for key, value in metadata).encode()
+    # "replace": a message may quote a caller's text, which may hold what UTF-8 cannot (lone surrogates).
+    text = message.encode("utf-8", "replace")[:0xFFFF]
+    meta = "".join(f"{key}\0{value}\0" for key, value in metadata).encode("utf-8", "replace")
     return _STATUS.pack(code, len(text), len(meta)) + text + meta
 
 

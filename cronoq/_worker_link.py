@@ -70,7 +70,7 @@ class WorkerLinkCall(asyncio.Protocol):
                 # The token goes out only once the other side answered as a cronoq link listener
                 # would, never to whatever else might listen on that port.
                 await call._ready
-                transport.write(frame(bytes([HELLO]) + (authorization or "").encode()))
+                transport.write(frame(bytes([HELLO]) + (authorization or "").encode("utf-8", "replace")))
         except BaseException:
             if transport is not None:
                 transport.close()

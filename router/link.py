@@ -133,7 +133,7 @@ class Reply:
 
 
 def encode_request(call_id: int, method: int, timeout_s: float, authorization: str | None, body: bytes) -> bytes:
-    auth = (authorization or "").encode()
+    auth = (authorization or "").encode("utf-8", "replace")
     millis = max(1, min(0xFFFFFFFF, round(timeout_s * 1000)))
     header = _REQUEST.pack(call_id, method, millis, len(auth))
     return LENGTH.pack(len(header) + len(auth) + len(body)) + header + auth + body
