@@ -44,6 +44,7 @@ from .convert import core_config
 from .grpc_service import SHUTDOWN_LINGER_S, GrpcServices, server_options
 from .http import HttpGateway, ListenError, start_http
 from .links import LinkServer
+from .unary import UnaryRunner
 
 __all__ = ["BindError", "ServerApp", "make_store"]
 
@@ -139,11 +140,13 @@ class ServerApp:
         self._grace = config.server.shutdown_grace_s
         self.service: ShardService | None = None
         self.http: HttpGateway | None = None
+        # One in-flight limit for the unary calls of every listener (gRPC ones, peer links).
+        self.unary = UnaryRunner(config.limits)
         # Links carry other shards' forwarded calls and workers' Work streams beside gRPC.
         self.links: LinkServer | None = None
         if config.server.links:
-            work = GrpcServices(self.api, self.authenticator, router=self.router).Work
-            self.links = LinkServer(self.api, self.router, self.authenticator, work)
+            work = GrpcServices(self.api, self.authenticator, router=self.router, unary=self.unary).Work
+            self.links = LinkServer(self.api, self.router, self.authenticator, work, self.unary)
         self._scaler = _WebhookScaler(config)
         # OpenTelemetry (OTEL_* environment): None, and no cost, when nothing is to be exported.
         self.telemetry = telemetry.setup(config, self.api)
@@ -167,7 +170,7 @@ class ServerApp:
                                  interceptors=telemetry.grpc_interceptors())  # fmt: skip
         link_port = self.links.port if self.links is not None else 0
         GrpcServices(self.api, self.authenticator, router=self.router, standby=standby,
-                     link_port=link_port).add_to(server)  # fmt: skip
+                     link_port=link_port, unary=self.unary).add_to(server)  # fmt: skip
         address = _format_addr(self._host, self._port)
         try:
             if self._credentials is not None:

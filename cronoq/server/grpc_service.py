@@ -36,6 +36,7 @@ from . import convert
 from .api import Api
 from .auth import Authenticator, Principal
 from .errors import ApiError, Code, from_exception
+from .unary import UnaryRunner
 
 __all__ = ["REGISTER_TIMEOUT_S", "GrpcServices", "server_options"]
 
@@ -107,14 +108,13 @@ class GrpcServices(pbg.TasksServicer, pbg.AdminServicer, pbg.WorkersServicer):
     Work streams are served by this shard only."""
 
     def __init__(self, api: Api, authenticator: Authenticator, *, router: Router | None = None,
-                 standby: bool = False, link_port: int = 0) -> None:  # fmt: skip
+                 standby: bool = False, link_port: int = 0, unary: UnaryRunner | None = None) -> None:  # fmt: skip
         self.api = api
         self.router = router if router is not None else Router(api.config, api)
         self.auth = authenticator
         self.standby = standby
         self.limits = api.limits
-        self._inflight = 0
-        self._unary_bound = api.limits.max_wait_s + api.limits.request_timeout_s
+        self.unary = unary if unary is not None else UnaryRunner(api.limits)
         # Forwarding nodes and workers learn this leader's link port from its answers to them.
         self._link_advert = ((LINK_KEY, str(link_port)),) if link_port and not standby else ()
         self._worker_link_advert = ((WORKER_LINK_KEY, str(link_port)),) if link_port and not standby else ()
@@ -136,22 +136,12 @@ class GrpcServices(pbg.TasksServicer, pbg.AdminServicer, pbg.WorkersServicer):
                      handler: Callable[[Principal, Req], Awaitable[Resp]]) -> Resp:  # fmt: skip
         try:
             principal = self._principal(context)
-            if self._inflight >= self.limits.max_concurrent_requests:
-                raise ApiError(Code.RESOURCE_EXHAUSTED, "too many requests in flight; retry later")
-            self._inflight += 1
-            try:
-                with collect_unavailable() as missing:
-                    async with asyncio.timeout(self._unary_bound):  # no extra task, unlike wait_for
-                        response = await handler(principal, request)
-                if missing:
-                    context.set_trailing_metadata(((UNAVAILABLE_SHARDS_KEY, ",".join(missing)),))
-                elif principal.forwarded and self._link_advert:
-                    context.set_trailing_metadata(self._link_advert)
-                return response
-            except TimeoutError:
-                raise ApiError(Code.CANCELLED, "request timeout expired") from None
-            finally:
-                self._inflight -= 1
+            response, missing = await self.unary.run(principal, handler, request)
+            if missing:
+                context.set_trailing_metadata(((UNAVAILABLE_SHARDS_KEY, ",".join(missing)),))
+            elif principal.forwarded and self._link_advert:
+                context.set_trailing_metadata(self._link_advert)
+            return response
         except Exception as exc:
             return await _abort(context, from_exception(exc))  # type: ignore[no-any-return]
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import socket
 import ssl
 from collections.abc import Awaitable, Callable
@@ -26,13 +27,14 @@ from google.protobuf.message import DecodeError
 
 from cronoq._linkwire import PEER_PREFACE, FrameReader, enable_keepalive, frame_limit
 from cronoq.config import Config
-from cronoq.router import Router, collect_unavailable
+from cronoq.router import Router
 from cronoq.router.link import METHODS, NOT_SERVING, decode_request, encode_reply
 from cronoq.router.router import UNAVAILABLE_SHARDS_KEY
 
 from .api import Api
 from .auth import Authenticator
 from .errors import ApiError, Code, from_exception
+from .unary import UnaryRunner
 from .worker_link import HELLO, WorkerLinkStream, serve_work
 
 __all__ = ["LinkServer"]
@@ -43,19 +45,9 @@ PREFACE_TIMEOUT_S = 10.0
 """A connection that has not sent its preface (and, on a worker link, its hello) by then is closed."""
 STANDBY_LINGER_S = 1.0
 
-_HANDLER_NAMES = {
-    "Submit": "submit",
-    "SubmitBatch": "submit_batch",
-    "Get": "get",
-    "Wait": "wait",
-    "Cancel": "cancel",
-    "ListTasks": "list_tasks",
-    "Snapshot": "snapshot",
-    "AddRecurring": "add_recurring",
-    "RemoveRecurring": "remove_recurring",
-    "ListWorkers": "list_workers",
-    "ListRecurring": "list_recurring",
-}
+def _handler_name(method: str) -> str:
+    """The router's name for a ``cronoq.v1`` method: ``SubmitBatch`` -> ``submit_batch``."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", method).lower()
 
 
 def _server_ssl(config: Config) -> ssl.SSLContext | None:
@@ -74,20 +66,19 @@ class LinkServer:
     """Accepts peer links and answers the calls they carry."""
 
     def __init__(self, api: Api, router: Router, authenticator: Authenticator,
-                 work: Callable[[Any, Any], Awaitable[None]]) -> None:  # fmt: skip
+                 work: Callable[[Any, Any], Awaitable[None]], unary: UnaryRunner) -> None:  # fmt: skip
         self.api = api
         self.work = work
+        self.unary = unary
         self.router = router
         self.auth = authenticator
         self.limits = api.limits
         self._limit = frame_limit(api.limits.max_message_bytes)
-        self._bound = api.limits.max_wait_s + api.limits.request_timeout_s
         self._handlers: list[Callable[[Any, Any], Awaitable[Any]]] = [
-            getattr(router, _HANDLER_NAMES[method.name]) for method in METHODS
+            getattr(router, _handler_name(method.name)) for method in METHODS
         ]
         self._server: asyncio.Server | None = None
         self._connections: set[_LinkConnection] = set()
-        self.inflight = 0
         self.port = 0
 
     async def start(self, host: str, config: Config) -> int:
@@ -129,21 +120,11 @@ class LinkServer:
             principal = self.auth.authenticate(authorization).as_forwarded()
             if not self.api.serving:
                 return encode_reply(call_id, NOT_SERVING, "not the leader of this shard", (), b"")
-            if self.inflight >= self.limits.max_concurrent_requests:
-                raise ApiError(Code.RESOURCE_EXHAUSTED, "too many requests in flight; retry later")
             try:
                 request = method.request.FromString(body)
             except DecodeError:
                 raise ApiError.invalid(f"malformed {method.name} request") from None
-            self.inflight += 1
-            try:
-                with collect_unavailable() as missing:
-                    async with asyncio.timeout(min(timeout, self._bound)):
-                        response = await self._handlers[number](principal, request)
-            except TimeoutError:
-                raise ApiError(Code.CANCELLED, "request timeout expired") from None
-            finally:
-                self.inflight -= 1
+            response, missing = await self.unary.run(principal, self._handlers[number], request, timeout)
         except Exception as exc:
             error = from_exception(exc)
             return encode_reply(call_id, error.code.grpc.value[0], error.message, error.metadata, b"")
