@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
+from collections import deque
+from typing import Any
 
 __all__ = [
     "HALF_CLOSE",
@@ -27,6 +29,7 @@ __all__ = [
     "WORKER_LINK_KEY",
     "WORKER_PREFACE",
     "FrameReader",
+    "Inbox",
     "WriteGate",
     "decode_status",
     "enable_keepalive",
@@ -94,6 +97,43 @@ def enable_keepalive(transport: asyncio.BaseTransport, idle_s: float, timeout_s:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
     except (OSError, AttributeError):  # pragma: no cover - platform without these options
         pass
+
+
+class Inbox:
+    """What arrived on a link for its one reader: ``get`` waits for the next item, or returns None
+    once the inbox is closed and drained."""
+
+    def __init__(self) -> None:
+        self._items: deque[Any] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self.closed = False
+
+    def put(self, item: Any) -> None:
+        self._items.append(item)
+        self._wake()
+
+    def close(self) -> None:
+        self.closed = True
+        self._wake()
+
+    def interrupt(self) -> None:
+        """A ``get`` waiting now raises CancelledError (as a read on a cancelled grpc call does)."""
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.cancel()
+
+    async def get(self) -> Any | None:
+        while not self._items:
+            if self.closed:
+                return None
+            self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
+        return self._items.popleft()
+
+    def _wake(self) -> None:
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
 
 class WriteGate:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import os
 import ssl
-from collections import deque
 from typing import Any, cast
 
 import grpc
@@ -24,6 +23,7 @@ from cronoq._linkwire import (
     STATUS,
     WORKER_PREFACE,
     FrameReader,
+    Inbox,
     WriteGate,
     decode_status,
     enable_keepalive,
@@ -48,8 +48,7 @@ class WorkerLinkCall(asyncio.Protocol):
     def __init__(self, limit: int) -> None:
         self._reader = FrameReader(limit, (WORKER_PREFACE,))
         self._transport: asyncio.Transport | None = None
-        self._inbox: deque[Any] = deque()
-        self._waiter: asyncio.Future[None] | None = None
+        self._inbox = Inbox()
         self._gate = WriteGate()
         self._ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._status: tuple[grpc.StatusCode, str, tuple[tuple[str, str], ...]] | None = None
@@ -80,15 +79,14 @@ class WorkerLinkCall(asyncio.Protocol):
     # ------------------------------------------------------------------ the call's interface
 
     async def read(self) -> Any:
-        while not self._inbox:
-            if self._status is not None:
-                code, message, metadata = self._status
-                if code is grpc.StatusCode.OK:
-                    return grpc.aio.EOF
-                raise grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(*metadata), message)
-            self._waiter = asyncio.get_running_loop().create_future()
-            await self._waiter
-        return self._inbox.popleft()
+        message = await self._inbox.get()
+        if message is not None:
+            return message
+        assert self._status is not None  # the inbox closes with the status
+        code, details, metadata = self._status
+        if code is grpc.StatusCode.OK:
+            return grpc.aio.EOF
+        raise grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(*metadata), details)
 
     async def write(self, message: Any) -> None:
         transport = self._transport
@@ -107,9 +105,7 @@ class WorkerLinkCall(asyncio.Protocol):
         self._cancelled = True
         if self._transport is not None:
             self._transport.close()
-        waiter, self._waiter = self._waiter, None
-        if waiter is not None and not waiter.done():
-            waiter.cancel()  # a pending read raises CancelledError, as on a cancelled grpc call
+        self._inbox.interrupt()
         return True
 
     def done(self) -> bool:
@@ -132,7 +128,7 @@ class WorkerLinkCall(asyncio.Protocol):
             for body in frames:
                 kind = body[0] if body else 0
                 if kind == MESSAGE:
-                    self._inbox.append(pb.ServerMessage.FromString(body[1:]))
+                    self._inbox.put(pb.ServerMessage.FromString(body[1:]))
                 elif kind == STATUS:
                     code, message, metadata, _ = decode_status(body, 1)
                     self._end(_STATUSES.get(code, grpc.StatusCode.UNKNOWN), message, metadata)
@@ -142,8 +138,6 @@ class WorkerLinkCall(asyncio.Protocol):
             self._end(grpc.StatusCode.INTERNAL, f"worker link protocol error: {exc}", ())
             if self._transport is not None:
                 self._transport.abort()
-            return
-        self._wake()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self._ready.done():
@@ -160,9 +154,4 @@ class WorkerLinkCall(asyncio.Protocol):
     def _end(self, code: grpc.StatusCode, message: str, metadata: tuple[tuple[str, str], ...]) -> None:
         if self._status is None:
             self._status = (code, message, metadata)
-        self._wake()
-
-    def _wake(self) -> None:
-        waiter, self._waiter = self._waiter, None
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        self._inbox.close()

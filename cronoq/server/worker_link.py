@@ -20,14 +20,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 import grpc
 from google.protobuf.message import DecodeError
 
-from cronoq._linkwire import HALF_CLOSE, HELLO, MESSAGE, STATUS, WORKER_LINK_KEY, WriteGate, encode_status, frame
+from cronoq._linkwire import HALF_CLOSE, HELLO, MESSAGE, STATUS, WORKER_LINK_KEY, Inbox, WriteGate, encode_status, frame
 from cronoq.proto import cronoq_pb2 as pb
 
 __all__ = ["HALF_CLOSE", "HELLO", "MESSAGE", "STATUS", "WORKER_LINK_KEY", "WorkerLinkStream"]
@@ -47,10 +46,8 @@ class WorkerLinkStream:
     def __init__(self, transport: asyncio.Transport, authorization: str | None) -> None:
         self._transport = transport
         self._metadata = (("authorization", authorization),) if authorization else ()
-        self._inbox: deque[Any] = deque()
-        self._waiter: asyncio.Future[None] | None = None
+        self._inbox = Inbox()
         self.gate = WriteGate()
-        self._ended = False
         self.finished = False
 
     # ---------------------------------------------------------------- what Work calls
@@ -62,12 +59,8 @@ class WorkerLinkStream:
         return {}  # a link carries a token; client certificates stay on gRPC
 
     async def read(self) -> Any:
-        while not self._inbox:
-            if self._ended:
-                return grpc.aio.EOF
-            self._waiter = asyncio.get_running_loop().create_future()
-            await self._waiter
-        return self._inbox.popleft()
+        message = await self._inbox.get()
+        return grpc.aio.EOF if message is None else message
 
     async def write(self, message: Any) -> None:
         if self.finished or self._transport.is_closing():
@@ -98,25 +91,18 @@ class WorkerLinkStream:
         kind = body[0] if body else 0
         if kind == MESSAGE:
             try:
-                self._inbox.append(pb.WorkerMessage.FromString(body[1:]))
+                self._inbox.put(pb.WorkerMessage.FromString(body[1:]))
             except DecodeError:
                 raise ValueError("malformed WorkerMessage") from None
         elif kind == HALF_CLOSE:
-            self._ended = True
+            self._inbox.close()
         else:
             raise ValueError(f"unexpected frame kind {kind}")
-        self._wake()
 
     def lost(self) -> None:
-        self._ended = True
         self.finished = True
-        self._wake()
+        self._inbox.close()
         self.gate.resume()
-
-    def _wake(self) -> None:
-        waiter, self._waiter = self._waiter, None
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
 
 
 async def serve_work(work: Callable[[Any, Any], Any], stream: WorkerLinkStream) -> None:
