@@ -18,6 +18,8 @@ import struct
 from collections import deque
 from typing import Any
 
+import grpc
+
 __all__ = [
     "HALF_CLOSE",
     "HELLO",
@@ -36,6 +38,7 @@ __all__ = [
     "encode_status",
     "frame",
     "frame_limit",
+    "status_code",
 ]
 
 WORKER_LINK_KEY = "cronoq-worker-link"
@@ -51,6 +54,14 @@ LENGTH = struct.Struct(">I")
 _STATUS = struct.Struct(">BHI")
 
 Metadata = tuple[tuple[str, str], ...]
+
+
+_STATUS_CODES = {status.value[0]: status for status in grpc.StatusCode}
+
+
+def status_code(number: int) -> grpc.StatusCode:
+    """The gRPC status a link's status number stands for (UNKNOWN for numbers gRPC has not)."""
+    return _STATUS_CODES.get(number, grpc.StatusCode.UNKNOWN)
 
 
 def frame(body: bytes) -> bytes:

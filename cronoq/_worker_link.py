@@ -28,13 +28,13 @@ from cronoq._linkwire import (
     decode_status,
     enable_keepalive,
     frame,
+    status_code,
 )
 from cronoq.proto import cronoq_pb2 as pb
 
 __all__ = ["CONNECT_TIMEOUT_S", "WorkerLinkCall", "link_ssl_context"]
 
 CONNECT_TIMEOUT_S = 3.0
-_STATUSES = {status.value[0]: status for status in grpc.StatusCode}
 _MESSAGE = bytes([MESSAGE])
 
 
@@ -131,7 +131,7 @@ class WorkerLinkCall(asyncio.Protocol):
                     self._inbox.put(pb.ServerMessage.FromString(body[1:]))
                 elif kind == STATUS:
                     code, message, metadata, _ = decode_status(body, 1)
-                    self._end(_STATUSES.get(code, grpc.StatusCode.UNKNOWN), message, metadata)
+                    self._end(status_code(code), message, metadata)
                 else:
                     raise ValueError(f"unexpected frame kind {kind}")
         except Exception as exc:

@@ -47,6 +47,7 @@ from cronoq._linkwire import (
     encode_status,
     frame,
     frame_limit,
+    status_code,
 )
 from cronoq.proto import cronoq_pb2 as pb
 
@@ -83,7 +84,6 @@ CONNECT_TIMEOUT_S = 3.0
 
 _REQUEST = struct.Struct(">IBIH")
 _CALL_ID = struct.Struct(">I")
-_STATUS_BY_NUMBER = {status.value[0]: status for status in grpc.StatusCode}
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,11 +188,17 @@ class LinkClient(asyncio.Protocol):
                    on_lost: Callable[[LinkClient], None], keepalive: tuple[float, float] = (20.0, 20.0)
                    ) -> LinkClient:  # fmt: skip
         loop = asyncio.get_running_loop()
-        async with asyncio.timeout(CONNECT_TIMEOUT_S):
-            _, link = await loop.create_connection(
-                lambda: cls(name, limit, on_lost, keepalive), host, port, ssl=ssl, server_hostname=server_hostname
-            )
-            await link._ready
+        transport: asyncio.Transport | None = None
+        try:
+            async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                transport, link = await loop.create_connection(
+                    lambda: cls(name, limit, on_lost, keepalive), host, port, ssl=ssl, server_hostname=server_hostname
+                )
+                await link._ready
+        except BaseException:
+            if transport is not None:
+                transport.close()
+            raise
         link.alive = True
         return link
 
@@ -209,8 +215,8 @@ class LinkClient(asyncio.Protocol):
         except ValueError as exc:
             self._fail(f"protocol error: {exc}")
             return
-        if not self._ready.done():
-            self._ready.set_result(None)  # the preface came back
+        if not self._ready.done() and self._reader.preface is not None:
+            self._ready.set_result(None)  # the whole preface came back
         for data_frame in frames:
             try:
                 call_id, status, message, metadata, body = decode_reply(data_frame)
@@ -267,8 +273,7 @@ class LinkClient(asyncio.Protocol):
             self._pending.pop(call_id, None)
         if status == NOT_SERVING:
             raise LinkNotServing(message)
-        code = _STATUS_BY_NUMBER.get(status, grpc.StatusCode.UNKNOWN)
-        return Reply(code, message, metadata, body)
+        return Reply(status_code(status), message, metadata, body)
 
     def close(self) -> None:
         self.alive = False
