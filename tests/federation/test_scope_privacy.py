@@ -9,63 +9,27 @@ from collections.abc import AsyncIterator
 
 import grpc
 import pytest
-from cronoq.config import Config
 
 from cronoq.proto import cronoq_pb2 as pb
 from cronoq.proto import cronoq_pb2_grpc as pbg
-from cronoq.server.app import Listening, ServerApp
+from tests.federation.test_refusals import serving
 
 SCOPED_CLIENT = "privacy-scoped-client-0123456789"
 SCOPED_METRICS = "privacy-scoped-metrics-0123456789"
 CLIENT = "privacy-client-0123456789abcdef"
 METRICS = "privacy-metrics-0123456789abcdef"
 
-# The shard "far" can never be asked: a plain http:// peer on another host gets no tokens.
-CONFIG = f"""
-[server]
-grpc_addr = "127.0.0.1:0"
-http_addr = "127.0.0.1:0"
-shard = "here"
-
-[limits]
-request_timeout_s = 1
-
-[[auth.tokens]]
-token = "{SCOPED_CLIENT}"
-role = "client"
-pools = ["local"]
-
-[[auth.tokens]]
-token = "{SCOPED_METRICS}"
-role = "metrics"
-pools = ["local"]
-
-[[auth.tokens]]
-token = "{CLIENT}"
-role = "client"
-
-[[auth.tokens]]
-token = "{METRICS}"
-role = "metrics"
-
-[[pools]]
-name = "local"
-
-[[pools]]
-name = "remote"
-
-[[shards]]
-name = "here"
-number = 1
-pools = ["local"]
-endpoint = "http://127.0.0.1:7999"
-
-[[shards]]
-name = "far"
-number = 2
-pools = ["remote"]
-endpoint = "http://192.0.2.10:7070"
-"""
+# Credentials, in the [server] table's place of the configuration of ``test_refusals``, where the
+# shard "far" can never be asked: a plain http:// peer on another host gets no tokens.
+CREDENTIALS = "\n".join(
+    f'[[auth.tokens]]\ntoken = "{token}"\nrole = "{role}"\n{scope}'
+    for token, role, scope in (
+        (SCOPED_CLIENT, "client", 'pools = ["local"]'),
+        (SCOPED_METRICS, "metrics", 'pools = ["local"]'),
+        (CLIENT, "client", ""),
+        (METRICS, "metrics", ""),
+    )
+)
 
 
 def bearer(token: str) -> tuple[tuple[str, str], ...]:
@@ -74,13 +38,9 @@ def bearer(token: str) -> tuple[tuple[str, str], ...]:
 
 @pytest.fixture
 async def stubs() -> AsyncIterator[tuple[pbg.TasksStub, pbg.AdminStub]]:
-    listening: asyncio.Queue[Listening] = asyncio.Queue()
-    app = ServerApp(Config.parse(CONFIG), on_listening=listening.put_nowait)
-    running = asyncio.ensure_future(app.run())
+    app, running, address = await serving(CREDENTIALS)
     try:
-        while (event := await asyncio.wait_for(listening.get(), 10)).role != "leader":
-            pass
-        async with grpc.aio.insecure_channel(event.grpc) as channel:
+        async with grpc.aio.insecure_channel(address) as channel:
             yield pbg.TasksStub(channel), pbg.AdminStub(channel)
     finally:
         app.stop()
