@@ -640,6 +640,7 @@ class Core:
         if spec.deadline is not None:
             self._set_estimate(task, spec)
         self.totals["submitted"] += 1
+        pool.totals["submitted"] += 1
         if interval is not None:
             pool.reservations.add(task.id, *interval)
         # Account as pending (the status setters below move it between pending statuses).
@@ -1138,6 +1139,7 @@ class Core:
             if abs(now - fixed.start) <= fixed.tolerance:
                 bucket.fixed_hits += 1
         self.totals["dispatched"] += 1
+        pool.totals["dispatched"] += 1
         spec = task.spec
         assert spec is not None
         timeout = spec.timeout
@@ -1176,6 +1178,8 @@ class Core:
         lease = self._leases.get(lease_id)
         if lease is None or not lease.active:
             self.totals["stale_completions"] += 1
+            if lease is not None:
+                lease.task.pool.totals["stale_completions"] += 1
             return False
         task = lease.task
         bucket = self._end_lease(lease, now, ran=True)
@@ -1308,6 +1312,7 @@ class Core:
             task.message = message
             self._move(task, _RETRYING)
             self.totals["retries"] += 1
+            task.pool.totals["retries"] += 1
             task.pool.window.current(now).retried += 1
             if self._persist:
                 self._mutations.append(SetStatus(task.id, _RETRYING, task.attempt, now, message, task.retry_at))
@@ -1367,6 +1372,7 @@ class Core:
         task.message = message
         task.has_output = has_output
         self.totals[status._value_] += 1
+        pool.totals[status._value_] += 1
         if task.deadline is not None and status is _SUCCEEDED:
             bucket = pool.window.current(now)
             bucket.objective_total += 1
@@ -1533,6 +1539,7 @@ class Core:
             assert isinstance(obj, LeaseState)
             task = obj.task
             self.totals["timeouts"] += 1
+            task.pool.totals["timeouts"] += 1
             spec = task.spec
             timeout = spec.timeout if spec is not None and spec.timeout is not None else 0
             self._actions.append(Abort(obj.id, task.id, "timeout"))
@@ -1547,6 +1554,7 @@ class Core:
                 return
             task = obj.task
             self.totals["lease_expiries"] += 1
+            task.pool.totals["lease_expiries"] += 1
             self._actions.append(Abort(obj.id, task.id, "lease expired"))
             self._end_lease(obj, now, ran=True)
             task.pool.window.current(now).failed += 1

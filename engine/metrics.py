@@ -50,4 +50,5 @@ def pool_snapshot(core: Core, pool: Pool, now: int) -> PoolSnapshot:
         worker_seconds=worker_seconds,
         cost=worker_seconds * cost_rate,
         groups=tuple(GroupSnapshot(dict(g.labels), g.capacity, g.busy) for g in groups),
+        totals=dict(pool.totals),
     )

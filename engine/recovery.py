@@ -167,7 +167,7 @@ def restore_schedule(core: Core, spec: RecurringSpec, next_at: int | None, last_
         pool = recurring.check_template(core, spec.template)
     except ConfigError:
         schedule.invalid = True
-        core.totals["recurring_invalid"] += 1
+        recurring.count_invalid(core, spec.template)
         return
     if next_at is None:
         schedule.next_at = cron.next_after(now - 1)
@@ -175,6 +175,7 @@ def restore_schedule(core: Core, spec: RecurringSpec, next_at: int | None, last_
         # Missed during downtime: at most one late run, then resume from the present.
         if spec.on_miss is not MissPolicy.RUN_LATE:
             core.totals["missed"] += 1
+            pool.totals["missed"] += 1
             schedule.next_at = cron.next_after(now - 1)
         else:
             recurring.create_occurrence(core, schedule, now)

@@ -8,6 +8,7 @@ QueueOnSuccess through a dependency edge, Allow not at all.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from . import admission
@@ -30,6 +31,23 @@ from .views import RecurringInfo
 
 if TYPE_CHECKING:
     from .core import Core
+
+RUN_KEY_SUFFIX_LEN = len("@2026-03-08T07:30:00Z")
+"""What an occurrence's key adds to its schedule's key prefix: ``@`` and the start in UTC."""
+
+_RUN_KEY = re.compile(r"@[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z\Z")
+
+
+def run_key(prefix: str, start: int) -> str:
+    """The key of the occurrence starting at ``start`` of a schedule whose template key is ``prefix``."""
+    return f"{prefix}@{rfc3339_utc(start)}"
+
+
+def is_run_key(key: str) -> bool:
+    """Whether ``key`` has the form of an occurrence's key (``<prefix>@<UTC RFC 3339 time>``).
+
+    Only schedules may create such keys: a client that took one first would silence that run."""
+    return _RUN_KEY.search(key) is not None
 
 
 def add(core: Core, now: int, spec: RecurringSpec) -> None:
@@ -111,13 +129,13 @@ def create_occurrence(core: Core, schedule: Schedule, now: int) -> None:
         pool = check_template(core, template)
     except ConfigError:
         schedule.invalid = True
-        core.totals["recurring_invalid"] += 1
+        count_invalid(core, template)
         return
     last = core._tasks.get(schedule.last_task_id) if schedule.last_task_id is not None else None
     last_live = last is not None and not last.status.terminal
     tags = dict(template.tags)
     tags[RECURRING_TAG] = spec.name
-    key = f"{template.key}@{rfc3339_utc(start)}" if template.key is not None else None
+    key = run_key(template.key, start) if template.key is not None else None
     deps: tuple[Dep, ...] = ()
     guard: int | None = None
     if last_live and last is not None:
@@ -151,6 +169,7 @@ def create_occurrence(core: Core, schedule: Schedule, now: int) -> None:
         interval = core._reservation_interval(pool, occurrence, occurrence.fixed_start)  # type: ignore[arg-type]
         if not pool.reservations.fits(*interval):
             core.totals["recurring_conflicts"] += 1
+            pool.totals["recurring_conflicts"] += 1
         else:
             resolved = core._resolve_deps(pool, occurrence) if deps else None
             created = core._create(now, pool, occurrence, resolved, interval)
@@ -166,6 +185,14 @@ def create_occurrence(core: Core, schedule: Schedule, now: int) -> None:
     schedule.next_at = schedule.cron.next_after(max(start, now - 1))
     persist(core, schedule)
     arm(core, schedule, pool, now)
+
+
+def count_invalid(core: Core, template: TaskSpec) -> None:
+    """A schedule became invalid: counted for the engine, and for its pool while that exists."""
+    core.totals["recurring_invalid"] += 1
+    pool = core._pools.get(template.pool) if template.pool is not None else core._default_pool
+    if pool is not None:
+        pool.totals["recurring_invalid"] += 1
 
 
 def infos(core: Core) -> list[RecurringInfo]:
@@ -185,6 +212,7 @@ def infos(core: Core) -> list[RecurringInfo]:
                 schedule.next_at,
                 schedule.last_task_id,
                 not schedule.invalid,
+                template.key,
             )
         )
     return infos

@@ -62,6 +62,8 @@ class PoolSnapshot:
     worker_seconds: float
     cost: float
     groups: tuple[GroupSnapshot, ...] = ()
+    totals: Mapping[str, int] = field(default_factory=dict)
+    """This pool's share of ``Snapshot.totals`` (what a pool-scoped reader may see)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from .config import PoolConfig
 from .cron import CronSchedule
 from .lanes import FifoLane, KeyedLane
 from .reservations import ReservationBook
+from .snapshot import TOTAL_NAMES
 from .stats import LogLinearHistogram, MetricsWindow
 from .types import CLASSES, Dep, EdgeCond, FixedStart, RecurringSpec, RetryPolicy, TaskSpec, TaskStatus
 
@@ -199,6 +200,7 @@ class Pool:
         "run_median",
         "run_median_count",
         "sfq",
+        "totals",
         "virtual_time",
         "window",
         "worker_ns",
@@ -252,6 +254,8 @@ class Pool:
         self.bounded = config.bounds.bounded
         self.worker_ns = 0
         self.last_worker_change = now
+        # The pool's share of the engine's totals, so a pool-scoped reader sees only its own.
+        self.totals: dict[str, int] = dict.fromkeys(TOTAL_NAMES, 0)
 
     def due_tasks(self) -> list[Task]:
         """Live entries of the due queue (few: fixed-start work whose time has come)."""

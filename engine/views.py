@@ -46,3 +46,5 @@ class RecurringInfo:
     next_at: int | None
     last_task_id: int | None
     armed: bool
+    key: str | None = None
+    """The template's key: each occurrence's key is ``<key>@<start>``."""

@@ -17,8 +17,11 @@ marked ``cronoq-forwarded`` so the receiving node answers it itself and never fo
   ``cronoq-shard`` / ``cronoq-shard-endpoint``: callers authenticated by a client certificate (there
   is no token to forward) and shards behind plain ``http://`` on another host.
 
-Credentials are checked (role, pool scope) before anything about shards is revealed. Errors are
-``RouteError`` or whatever the local API raises; the server maps both.
+Credentials are checked (role, pool scope) before anything about shards is revealed: a call that
+names no pool is first given the default pool (the local API's rule, written into the request so
+the receiving shard acts on the same pool), and a pool-scoped caller's reads and lookups skip the
+shards that serve none of its pools. Errors are ``RouteError`` or whatever the local API raises;
+the server maps both.
 """
 
 from __future__ import annotations
@@ -216,10 +219,24 @@ class Router:
             (("cronoq-shard", shard.name), ("cronoq-shard-endpoint", shard.endpoint)),
         )
 
-    def _peer_for_pool(self, caller: Caller, pool: str) -> Peer | None:
-        """Where work for ``pool`` goes, once the caller may use it."""
-        self._check_pool(caller, pool)
+    def _resolved_pool(self, caller: Caller, spec: pb.TaskSpec, where: str = "") -> str:
+        """The pool ``spec`` goes to, by the local API's one rule, written into ``spec`` so the
+        shard it is forwarded to does not default it again; then checked against the scope."""
+        if not spec.pool:
+            spec.pool = self.local.default_pool
+        self._check_pool(caller, spec.pool, where)
+        return spec.pool
+
+    def _peer_for_spec(self, caller: Caller, spec: pb.TaskSpec) -> Peer | None:
+        """Where a task or template goes (its pool resolved and checked first)."""
+        pool = self._resolved_pool(caller, spec)
         return self._peer_for(caller, self._shard_of_pool(pool), f"pool {pool!r}")
+
+    @staticmethod
+    def _concerns(caller: Caller, shard: ShardSection) -> bool:
+        """Whether ``shard`` serves a pool the caller may see. A pool-scoped caller's reads skip
+        the other shards: they could only answer "nothing", or name themselves as unavailable."""
+        return any(caller.sees(pool) for pool in shard.pools)
 
     def _reachable(self, caller: Caller, shard: ShardSection) -> Peer | None:
         """For fan-out reads: the peer to ask, or None when it cannot be asked for this caller."""
@@ -285,7 +302,7 @@ class Router:
         if self._local_only(caller):
             return await self.local.submit(caller, request)
         caller.require(Role.CLIENT)
-        peer = self._peer_for_pool(caller, request.task.pool or self.local.default_pool)
+        peer = self._peer_for_spec(caller, request.task)
         if peer is None:
             return await self.local.submit(caller, request)
         timeout = self.limits.request_timeout_s
@@ -311,9 +328,7 @@ class Router:
         shard: ShardSection | None = None
         first = 0
         for index, task in enumerate(request.tasks):
-            pool = task.pool or self.local.default_pool
-            self._check_pool(caller, pool, f"task {index}: ")
-            owner = self._shard_of_pool(pool)
+            owner = self._shard_of_pool(self._resolved_pool(caller, task, f"task {index}: "))
             if shard is None:
                 shard, first = owner, index
             elif owner.name != shard.name:
@@ -347,7 +362,7 @@ class Router:
 
     def _peer_by_id(self, caller: Caller, task_id: int) -> Peer | None:
         shard = self._shard_of_id(task_id)
-        if shard is None:
+        if shard is None or not self._concerns(caller, shard):
             raise RouteError(Status.NOT_FOUND, "task not found")
         return self._peer_for(caller, shard, f"task {task_id}")
 
@@ -419,6 +434,8 @@ class Router:
         calls: list[Awaitable[Any]] = []
         missing: list[str] = []
         for shard in self._ordered:
+            if not self._concerns(caller, shard):
+                continue
             if shard.name == self.local_name:
                 shards.append(shard)
                 calls.append(local())
@@ -463,7 +480,7 @@ class Router:
             pools = [pool for pool in shard.pools if pool in wanted] if wanted else []
             if wanted and not pools:
                 continue
-            if not wanted and not any(caller.sees(pool) for pool in shard.pools):
+            if not wanted and not self._concerns(caller, shard):
                 continue
             remaining = limit - len(page.tasks)
             if remaining <= 0:
@@ -522,6 +539,8 @@ class Router:
                 pools = [pool for pool in shard.pools if pool in wanted]
                 ids = [task_id for task_id in request.ids if task_id >> SHARD_BITS == shard.number]
                 if (wanted and not pools) or (request.ids and not ids and not request.keys):
+                    continue
+                if not self._concerns(caller, shard):
                     continue
                 sub = pb.WatchRequest(pools=pools, ids=ids, keys=request.keys, all_transitions=request.all_transitions)
                 if shard.name == self.local_name:
@@ -613,7 +632,7 @@ class Router:
         if self._local_only(caller):
             return await self.local.add_recurring(caller, request)
         caller.require(Role.ADMIN)
-        peer = self._peer_for_pool(caller, request.template.pool or self.local.default_pool)
+        peer = self._peer_for_spec(caller, request.template)
         if peer is None:
             return await self.local.add_recurring(caller, request)
         response: pb.Empty = await self._forward(peer, "admin", "AddRecurring", request, caller,

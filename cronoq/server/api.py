@@ -14,10 +14,11 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from functools import wraps
-from typing import Any, ParamSpec, TypeVar
+from typing import ParamSpec, TypeVar
 
 from cronoq.config import Config, Role
-from cronoq.engine import Core, TaskInfo, TaskRef, TaskSpec, TaskStatus
+from cronoq.engine import Core, Snapshot, TaskInfo, TaskRef, TaskSpec, TaskStatus
+from cronoq.engine.recurring import RUN_KEY_SUFFIX_LEN, is_run_key
 from cronoq.proto import cronoq_pb2 as pb
 from cronoq.shard.service import ShardService, Subscription
 
@@ -25,12 +26,22 @@ from . import convert
 from .auth import Principal
 from .errors import ApiError, Code, from_exception
 
-__all__ = ["DEFAULT_LIST_LIMIT", "Api"]
+__all__ = ["DEFAULT_LIST_LIMIT", "Api", "default_pool_name"]
 
 DEFAULT_LIST_LIMIT = 100
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+def default_pool_name(config: Config) -> str:
+    """Where a task, schedule or worker without a pool goes: the pool named "default", or else the
+    first configured one. Every node resolves it alike, before any credential is checked, and
+    hands the engine the resolved name (a shard's engine knows only its own pools)."""
+    names = [pool.name for pool in config.pools]
+    if "default" in names or not names:
+        return "default"
+    return names[0]
 
 
 def _api_errors(method: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
@@ -57,8 +68,7 @@ class Api:
         self.pools: tuple[str, ...] = tuple(pool.name for pool in config.local_pools())
         self._pool_set = frozenset(self.pools)
         self._all_pools = frozenset(pool.name for pool in config.pools)
-        # The first configured pool, on every node, so a task without a pool goes to one place.
-        self.default_pool = config.pools[0].name if config.pools else "default"
+        self.default_pool = default_pool_name(config)
         self._shard_number = config.shard_number()
 
     # ------------------------------------------------------------------------------- helpers
@@ -94,6 +104,13 @@ class Api:
                 (("cronoq-shard", shard.name), ("cronoq-shard-endpoint", shard.endpoint)),
             )
 
+    def resolve_pool(self, principal: Principal, requested: str | None) -> str:
+        """The pool a call acts on (``requested``, or the default pool), once the caller may use it
+        and this shard serves it."""
+        pool = requested or self.default_pool
+        self.check_pool(principal, pool)
+        return pool
+
     def _scope(self, principal: Principal, pools: Sequence[str]) -> list[str] | None:
         """The pools a listing covers: the named ones (each checked), or every visible one
         (``None`` when that is every pool)."""
@@ -107,7 +124,12 @@ class Api:
 
     def _spec(self, principal: Principal, message: pb.TaskSpec, now: int) -> TaskSpec:
         spec = convert.task_spec(message, now, self.limits)
-        self.check_pool(principal, spec.pool or self.default_pool)
+        if spec.key is not None and is_run_key(spec.key):
+            raise ApiError.invalid(
+                "key: keys ending in '@<UTC RFC 3339 time>' (such as 'report@2026-03-08T07:30:00Z') are "
+                "reserved for the runs of recurring schedules"
+            )
+        spec.pool = self.resolve_pool(principal, spec.pool)
         spec.tenant = principal.tenant_for(spec.tenant)
         self._check_one_shard(spec)
         # OpenTelemetry: the request's span becomes the task's trace (workers see the tag).
@@ -292,20 +314,23 @@ class Api:
 
     # ------------------------------------------------------------------------------- Admin
 
-    async def _snapshot_parts(self, principal: Principal) -> tuple[Any, dict[str, int], list[str] | None]:
+    async def _snapshot_parts(self, principal: Principal) -> tuple[Snapshot, dict[str, int]]:
+        """The shard's snapshot and connected workers per pool, as far as the caller may see."""
         service = self.current()
         snap = await service.snapshot()
         workers: dict[str, int] = {}
         for session in service.workers_in(None):
-            workers[session.pool] = workers.get(session.pool, 0) + 1
-        visible = principal.visible(self.pools) if principal.scoped else None
-        return snap, workers, visible
+            if principal.sees(session.pool):
+                workers[session.pool] = workers.get(session.pool, 0) + 1
+        if principal.scoped:
+            snap = _visible_part(snap, principal)
+        return snap, workers
 
     @_api_errors
     async def snapshot(self, principal: Principal, request: pb.Empty | None = None) -> pb.SnapshotResponse:
         principal.require(Role.METRICS)
-        snap, workers, visible = await self._snapshot_parts(principal)
-        return convert.snapshot_response(snap, workers, visible)
+        snap, workers = await self._snapshot_parts(principal)
+        return convert.snapshot_response(snap, workers)
 
     @_api_errors
     async def metrics_text(self, principal: Principal) -> tuple[bytes, str]:
@@ -313,23 +338,36 @@ class Api:
         from .metrics import CONTENT_TYPE, render
 
         principal.require(Role.METRICS)
-        snap, workers, visible = await self._snapshot_parts(principal)
-        service = self.current()
-        return render(snap, workers, service.desired, visible), CONTENT_TYPE
+        snap, workers = await self._snapshot_parts(principal)
+        return render(snap, workers, self.current().desired), CONTENT_TYPE
 
     @_api_errors
     async def add_recurring(self, principal: Principal, request: pb.RecurringRequest) -> pb.Empty:
         principal.require(Role.ADMIN)
         spec = convert.recurring_spec(request, self.limits)
-        self.check_pool(principal, spec.template.pool or self.default_pool)
-        spec.template.tenant = principal.tenant_for(spec.template.tenant)
+        template = spec.template
+        longest = self.limits.max_key_len - RUN_KEY_SUFFIX_LEN
+        if template.key is not None and len(template.key) > longest:
+            raise ApiError.invalid(f"template.key is too long: each run's key is '<key>@<start in UTC>', "
+                                   f"{RUN_KEY_SUFFIX_LEN} characters more, and keys may have at most "
+                                   f"{self.limits.max_key_len} (limits.max_key_len), so the template's key at "
+                                   f"most {max(0, longest)}")  # fmt: skip
+        template.pool = self.resolve_pool(principal, template.pool)
+        template.tenant = principal.tenant_for(template.tenant)
         service = self.current()
         if principal.scoped:
-            # Replacing a schedule of a pool outside the scope would move it into the caller's.
             for info in await service.list_recurring():
-                if info.name == spec.name and not principal.sees(info.pool):
+                if principal.sees(info.pool):
+                    continue
+                # Replacing a schedule of a pool outside the scope would move it into the caller's;
+                # sharing its key would take its runs' keys first (and so silence its runs).
+                if info.name == spec.name:
                     raise ApiError(Code.FAILED_PRECONDITION,
                                    f"schedule {spec.name!r} exists outside this credential's pools")  # fmt: skip
+                if template.key is not None and info.key == template.key:
+                    raise ApiError(Code.FAILED_PRECONDITION,
+                                   f"key {template.key!r} is in use by a schedule outside this credential's "
+                                   f"pools")  # fmt: skip
         await service.add_recurring(spec)
         return pb.Empty()
 
@@ -361,6 +399,19 @@ class Api:
         return pb.ListRecurringResponse(
             schedules=[convert.recurring_info(info) for info in infos if principal.sees(info.pool)]
         )
+
+
+def _visible_part(snap: Snapshot, principal: Principal) -> Snapshot:
+    """``snap`` as a pool-scoped caller may see it: its pools only, and counts and totals summed
+    over them (never the shard's, which would tell it about other pools' work)."""
+    pools = [pool for pool in snap.pools if principal.sees(pool.name)]
+    totals = dict.fromkeys(snap.totals, 0)
+    for pool in pools:
+        for name, count in pool.totals.items():
+            totals[name] = totals.get(name, 0) + count
+    running = sum(pool.busy for pool in pools)
+    pending = sum(pool.pending for pool in pools)
+    return Snapshot(pools, running + pending, running, pending, totals)
 
 
 async def _events(subscription: Subscription) -> AsyncGenerator[pb.StatusEvent, None]:

@@ -83,9 +83,9 @@ class Principal:
         return [pool for pool in pools if self.sees(pool)]
 
     def check_pool(self, pool: str, known: Sequence[str] | frozenset[str] | set[str]) -> None:
-        """For calls naming a pool explicitly (submit, list, watch, register): a pool outside the
-        scope is PERMISSION_DENIED (checked first, so a scoped caller learns nothing about pools it
-        may not use); an unknown one NOT_FOUND."""
+        """For calls that name a pool or were given the default one (submit, list, watch, register,
+        schedules): a pool outside the scope is PERMISSION_DENIED (checked first, so a scoped
+        caller learns nothing about pools it may not use); an unknown one NOT_FOUND."""
         if not self.sees(pool):
             raise ApiError(Code.PERMISSION_DENIED, f"this credential may not use pool {pool!r}")
         if pool not in known:

@@ -434,12 +434,9 @@ def fill_lease(m: pb.Lease, lease: Dispatch) -> None:
         m.lease_ttl_s = lease.lease_ttl / NS_PER_S
 
 
-def snapshot_response(
-    snap: Snapshot, workers: Mapping[str, int], pools: Iterable[str] | None = None
-) -> pb.SnapshotResponse:
-    """The Admin snapshot. ``workers`` counts connected workers per pool; ``pools`` (when given)
-    limits the per-pool entries to those the caller may see."""
-    visible = None if pools is None else set(pools)
+def snapshot_response(snap: Snapshot, workers: Mapping[str, int]) -> pb.SnapshotResponse:
+    """The Admin snapshot. ``workers`` counts connected workers per pool. A pool-scoped caller's
+    ``snap`` and ``workers`` hold its own pools only (``Api`` narrows them first)."""
     out = pb.SnapshotResponse(
         live_tasks=snap.live_tasks,
         running=snap.running,
@@ -450,8 +447,6 @@ def snapshot_response(
     for name in out.totals.DESCRIPTOR.fields_by_name:
         setattr(out.totals, name, int(totals.get(name, 0)))
     for pool in snap.pools:
-        if visible is not None and pool.name not in visible:
-            continue
         entry = out.pools.add(
             name=pool.name,
             capacity=pool.capacity,

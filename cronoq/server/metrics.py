@@ -7,7 +7,7 @@ kept between scrapes and the numbers are exactly those of the snapshot.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -62,16 +62,14 @@ _POOL_GAUGES = (
 
 
 class _SnapshotCollector(Collector):
-    def __init__(self, snap: Snapshot, workers: Mapping[str, int], desired: Mapping[str, int],
-                 pools: Iterable[str] | None) -> None:  # fmt: skip
+    def __init__(self, snap: Snapshot, workers: Mapping[str, int], desired: Mapping[str, int]) -> None:
         self._snap = snap
         self._workers = workers
         self._desired = desired
-        self._pools = None if pools is None else set(pools)
 
     def collect(self) -> Iterator[Metric]:
         snap = self._snap
-        pools = [p for p in snap.pools if self._pools is None or p.name in self._pools]
+        pools = snap.pools
         totals = snap.totals
 
         tasks = CounterMetricFamily("cronoq_tasks", "Tasks that reached a terminal status, by status.",
@@ -127,14 +125,14 @@ class _SnapshotCollector(Collector):
         yield group_busy
 
 
-def render(snap: Snapshot, workers: Mapping[str, int], desired: Mapping[str, int] | None = None,
-           pools: Iterable[str] | None = None) -> bytes:  # fmt: skip
+def render(snap: Snapshot, workers: Mapping[str, int], desired: Mapping[str, int] | None = None) -> bytes:
     """Prometheus text (exposition format 0.0.4) of ``snap``.
 
     ``workers`` counts connected workers per pool, ``desired`` is the autoscaler's latest target
-    per pool (the snapshot's own value is used for pools missing there), ``pools`` limits the
-    per-pool series to those a scoped caller may see.
+    per pool (the snapshot's own value is used for pools missing there). For a pool-scoped caller
+    ``snap`` and ``workers`` already cover its pools only, totals included (``Api`` narrows them),
+    so every series, per pool or not, is about what it may see.
     """
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_SnapshotCollector(snap, workers, desired or {}, pools))
+    registry.register(_SnapshotCollector(snap, workers, desired or {}))
     return generate_latest(registry)
