@@ -166,7 +166,12 @@ def fan_out(query: TaskQuery) -> list[TaskQuery]:
     name, values = min(fields, key=lambda item: len(item[1]))
     if len(values) > MAX_FAN_OUT:
         return [query]
-    return [replace(query, **{name: frozenset((value,))}) for value in sorted(values, key=str)]
+    fields_of: dict[str, Any] = {}
+    out = []
+    for value in sorted(values, key=str):
+        fields_of[name] = frozenset((value,))
+        out.append(replace(query, **fields_of))
+    return out
 
 
 def merge_pages(pages: Iterable[list[TaskInfo]], limit: int, descending: bool) -> list[TaskInfo]:

@@ -431,9 +431,14 @@ def _web_tls(config: Config) -> ssl.SSLContext | None:
 
 async def _readable(sock: socket.socket) -> None:
     loop = asyncio.get_running_loop()
-    ready = loop.create_future()
+    ready: asyncio.Future[None] = loop.create_future()
     fd = sock.fileno()
-    loop.add_reader(fd, lambda: ready.done() or ready.set_result(None))
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(fd, wake)
     try:
         await ready
     finally:

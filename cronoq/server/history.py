@@ -83,7 +83,7 @@ def _spec(spec: TaskSpec, pool: str) -> pb.TaskSpec:
     if spec.fixed_start is not None:
         m.start_unix_ns = spec.fixed_start.start
         m.tolerance_s = _seconds(spec.fixed_start.tolerance)
-        m.on_miss = _MISS_OUT[spec.fixed_start.on_miss]  # type: ignore[assignment]
+        m.on_miss = _MISS_OUT[spec.fixed_start.on_miss]
     if spec.duration_hint is not None:
         m.duration_hint_s = _seconds(spec.duration_hint)
     if spec.timeout is not None:
@@ -101,7 +101,7 @@ def _spec(spec: TaskSpec, pool: str) -> pb.TaskSpec:
         )
     for dep in spec.deps:
         target = pb.TaskRef(id=dep.target) if isinstance(dep.target, int) else pb.TaskRef(key=dep.target)
-        m.deps.append(pb.Dep(target=target, cond=_COND_OUT[dep.cond]))  # type: ignore[arg-type]
+        m.deps.append(pb.Dep(target=target, cond=_COND_OUT[dep.cond]))
     m.resources.update(spec.resources)
     m.tags.update(spec.tags)
     m.labels.update(spec.labels)

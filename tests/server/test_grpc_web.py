@@ -30,7 +30,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Cluster]:
     options = ClusterOptions(shards=2, replicas=1, state=tmp_path_factory.mktemp("web-cluster"), base_port=0,
-                             console=True)  # fmt: skip
+                             grpc_web=True)  # fmt: skip
     running = Cluster(options, say=lambda text: None)
     await running.start()
     try:
