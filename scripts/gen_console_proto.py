@@ -54,13 +54,17 @@ def generate(proto_root: Path = PROTO_ROOT) -> dict[str, str]:
         return out
 
 
+def _committed(name: str) -> str | None:
+    path = PROTO_ROOT / name
+    return path.read_text(encoding="utf-8") if path.is_file() else None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="only report whether the committed files are stale")
     args = parser.parse_args(argv)
     fresh = generate()
-    stale = [name for name, text in fresh.items()
-             if not (PROTO_ROOT / name).is_file() or (PROTO_ROOT / name).read_text(encoding="utf-8") != text]  # fmt: skip
+    stale = [name for name, text in fresh.items() if _committed(name) != text]
     if args.check:
         for name in stale:
             print(f"stale: cronoq/proto/{name} (run: python scripts/gen_console_proto.py)", file=sys.stderr)

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from cronoq.engine.actions import PutTask, SetStatus, TaskRecord
 from cronoq.engine.types import NS_PER_S, TaskSpec, TaskStatus
 from cronoq.engine.views import TaskQuery
