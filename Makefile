@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test run bench lint typecheck venv clean
+.PHONY: test run bench bench-history lint typecheck venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,11 @@ bench: $(STAMP)
 	$(PY) loadtests/store_bench.py
 	$(PY) loadtests/server_bench.py
 	$(PY) loadtests/shard_scaling.py
+
+# Task-history page latency from 10^3 to 10^6 stored tasks, SQLite and Postgres (a few minutes).
+bench-history: $(STAMP)
+	bash scripts/ensure_postgres.sh
+	$(PY) loadtests/history_bench.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

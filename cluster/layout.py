@@ -86,6 +86,9 @@ class ClusterOptions:
     """Start a replica again (same ports, same store: it rejoins as a standby) when it exits
     without being asked to, with exponential backoff. Off: a dead replica stays dead, as drills
     that assert on a killed server need (``cronoq cluster up --no-restart``)."""
+    grpc_web: bool = False
+    """Serve gRPC-Web (``[server.grpc_web]``) on every server, for pages served from any shard's
+    HTTP endpoint (127.0.0.1 and localhost)."""
 
     def validate(self) -> None:
         problems = []
@@ -176,6 +179,10 @@ def render_config(options: ClusterOptions, shards: Sequence[ShardPlan], *, state
     else:
         lines += ['kind = "postgres"', f'url_env = "{URL_ENV}"', f'schema = "{options.schema_prefix}{{shard}}"']
     lines.append("")
+    if options.grpc_web:
+        origins = [f"http://{host}:{shard.http_port}" for shard in shards for host in (HOST, "localhost")]
+        allowed = ", ".join(_toml_str(origin) for origin in origins)
+        lines += ["[server.grpc_web]", f"allowed_origins = [{allowed}]", ""]
     if options.limits:
         lines.append("[limits]")
         lines += [f"{key} = {_toml_value(value)}" for key, value in sorted(options.limits.items())]

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from .auth import CertSpec, TokenSpec
 from .schema import (
+    ConsoleConfig,
     PoolSection,
     PostgresStoreConfig,
     ResourceSection,
@@ -98,6 +99,9 @@ def dump(config: Config) -> str:
         out.table("[server.peer_tls]", [("ca", peer.ca), ("cert", peer.cert), ("key", peer.key)])
     if server.grpc_web is not None:
         out.table("[server.grpc_web]", [("allowed_origins", server.grpc_web.allowed_origins)])
+    if server.console != ConsoleConfig():
+        console = server.console
+        out.table("[server.console]", [("enabled", console.enabled), ("grpc_web_url", console.grpc_web_url)])
     for index, token in enumerate(config.auth.tokens):
         out.table("[[auth.tokens]]", _token(index, token))
     for cert in config.auth.certs:

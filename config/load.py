@@ -20,6 +20,7 @@ from .reader import Report, Table
 from .schema import (
     DEFAULT_URL_ENV,
     SEVEN_DAYS_S,
+    ConsoleConfig,
     ExternalScaler,
     GrpcWebConfig,
     LimitsConfig,
@@ -182,6 +183,12 @@ class _Reader:
                 web_table.missing("allowed_origins", "exact origins such as https://dash.example.com")
             web = GrpcWebConfig(allowed_origins=origins or ())
             web_table.finish()
+        console_table = t.table("console")
+        console = ConsoleConfig()
+        if console_table is not None:
+            console = ConsoleConfig(enabled=console_table.bool_or("enabled", False),
+                                    grpc_web_url=console_table.opt_str("grpc_web_url"))  # fmt: skip
+            console_table.finish()
         config = ServerConfig(
             grpc_addr=t.str_or("grpc_addr", base.grpc_addr),
             http_addr=t.str_or("http_addr", base.http_addr),
@@ -190,6 +197,7 @@ class _Reader:
             insecure_no_auth=t.bool_or("insecure_no_auth", False) or insecure_flag,
             shutdown_grace_s=t.num_or("shutdown_grace_s", base.shutdown_grace_s),
             grpc_web=web,
+            console=console,
             shard=shard_override if shard_override is not None else t.opt_str("shard"),
             peer_tls=peer,
             insecure_peer_http=t.bool_or("insecure_peer_http", False),

@@ -18,6 +18,7 @@ __all__ = [
     "DEFAULT_SHARDED_SCHEMA",
     "MAX_DURATION_S",
     "MIB",
+    "ConsoleConfig",
     "ExternalScaler",
     "GrpcWebConfig",
     "LimitsConfig",
@@ -87,6 +88,16 @@ class GrpcWebConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class ConsoleConfig:
+    """``[server.console]``: the web console at ``/ui/`` of the HTTP listener (off by default)."""
+
+    enabled: bool = False
+    grpc_web_url: str | None = None
+    """Where the console's pages reach this server's gRPC-Web (live events, admin actions):
+    default the page's own host on the gRPC listener's port, as seen from the HTTP listener."""
+
+
+@dataclass(frozen=True, slots=True)
 class ServerConfig:
     """``[server]``: listeners, TLS, shutdown and this server's shard."""
 
@@ -100,6 +111,7 @@ class ServerConfig:
     ``--insecure-no-auth`` was given."""
     shutdown_grace_s: float = 10.0
     grpc_web: GrpcWebConfig | None = None
+    console: ConsoleConfig = ConsoleConfig()
     shard: str | None = None
     """This server's entry in ``[[shards]]``. After loading, ``--shard``/``CRONOQ_SHARD`` win."""
     peer_tls: PeerTlsConfig | None = None

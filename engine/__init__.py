@@ -66,7 +66,7 @@ from .types import (
     UnknownTask,
     secs,
 )
-from .views import RecurringInfo, Submitted, TaskInfo
+from .views import RecurringInfo, Submitted, TaskInfo, TaskQuery
 
 __all__ = [
     "NS_PER_S",
@@ -122,6 +122,7 @@ __all__ = [
     "Submitted",
     "Success",
     "TaskInfo",
+    "TaskQuery",
     "TaskRecord",
     "TaskRef",
     "TaskSpec",

@@ -13,6 +13,7 @@ import math
 import random
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Final
 
 from . import admission, invariants, metrics, recovery, recurring
@@ -34,6 +35,7 @@ from .actions import (
 )
 from .config import CoreConfig, PoolConfig, UnknownDependencyPolicy
 from .ids import IdAllocator
+from .listing import IdIndex, merged
 from .resources import ResourceTable
 from .snapshot import TOTAL_NAMES, Snapshot
 from .state import (
@@ -108,7 +110,7 @@ from .types import (
     TaskStatus,
     UnknownTask,
 )
-from .views import RecurringInfo, Submitted, TaskInfo
+from .views import RecurringInfo, Submitted, TaskInfo, TaskQuery
 
 _SUCCEEDED: Final = TaskStatus.SUCCEEDED
 _FAILED: Final = TaskStatus.FAILED
@@ -166,6 +168,7 @@ class Core:
         self._tasks: dict[int, Task] = {}
         self._keys: dict[str, int] = {}
         self._retained: deque[Task] = deque()
+        self._by_pool: dict[str, IdIndex] = {}  # listings walk these (see listing.py)
         self._awaiting: dict[str, list[tuple[Task, EdgeCond]]] = {}
         self._leases: dict[int, LeaseState] = {}
         self._schedules: dict[str, Schedule] = {}
@@ -635,6 +638,7 @@ class Core:
         retry = spec.retry if spec.retry is not None else pool.config.retry
         task = Task(task_id if task_id is not None else self._ids.allocate(), pool, spec, now, retry)
         self._tasks[task.id] = task
+        self._index(task)
         if task.key is not None:
             self._keys[task.key] = task.id
         if spec.deadline is not None:
@@ -1440,7 +1444,8 @@ class Core:
             if finished > horizon and len(retained) <= limit:
                 return
             retained.popleft()
-            self._tasks.pop(task.id, None)
+            if self._tasks.pop(task.id, None) is not None:
+                self._by_pool[task.pool.name].removed(self._tasks)
             if task.key is not None and self._keys.get(task.key) == task.id:
                 del self._keys[task.key]
 
@@ -1697,22 +1702,43 @@ class Core:
             fixed.start if fixed is not None else None,
         )
 
+    def _index(self, task: Task) -> None:
+        index = self._by_pool.get(task.pool.name)
+        if index is None:
+            index = self._by_pool[task.pool.name] = IdIndex()
+        index.add(task.id)
+
     def list_tasks(
         self,
         pools: Iterable[str] | None = None,
         statuses: Iterable[TaskStatus] | None = None,
         after: int = 0,
         limit: int = 100,
+        *,
+        query: TaskQuery | None = None,
+        descending: bool = False,
     ) -> list[TaskInfo]:
-        """Live and retained tasks in id order, after ``after`` (exclusive)."""
-        pool_set = set(pools) if pools else None
-        status_set = set(statuses) if statuses else None
+        """Live and retained tasks in id order after ``after`` (exclusive), or, ``descending``,
+        newest first below ``after`` (0: from the newest). ``query`` filters further; ``pools``
+        and ``statuses`` narrow it. A page walks only the ids of the pools asked for, from the
+        cursor on, so it costs the page plus the tasks the other filters skip."""
+        query = query or TaskQuery()
+        if pools:
+            wanted = frozenset(pools)
+            query = replace(query, pools=query.pools & wanted if query.pools else wanted)
+        if statuses:
+            query = replace(query, statuses=frozenset(statuses))
+        names = query.pools if query.pools else self._by_pool.keys()
+        indexes = [self._by_pool[name] for name in names if name in self._by_pool]
         out: list[TaskInfo] = []
-        for task_id in sorted(i for i in self._tasks if i > after):
-            task = self._tasks[task_id]
-            if pool_set is not None and task.pool.name not in pool_set:
+        if limit <= 0:
+            return out
+        tasks = self._tasks
+        for task_id in merged(indexes, after, descending):
+            task = tasks.get(task_id)
+            if task is None:
                 continue
-            if status_set is not None and task.status not in status_set:
+            if not query.matches(task.pool.name, task.status, task.kind, task.tenant, task.key, task.submitted_at):
                 continue
             out.append(self._info(task))
             if len(out) >= limit:

@@ -55,6 +55,7 @@ def restore(core: Core, now: int, recovered: Recovered) -> None:
         if task.fixed is not None and (item.attempt > 0 or item.started_at is not None):
             task.fixed_done = True
         core._tasks[task.id] = task
+        core._index(task)
         if task.key is not None:
             core._keys[task.key] = task.id
         if item.status.terminal:

@@ -36,6 +36,40 @@ class TaskInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class TaskQuery:
+    """Which tasks a listing wants; ``None`` (or an empty set) leaves a field unfiltered.
+
+    The same filter selects live and retained tasks in the engine and finished ones in a store's
+    history, so both halves of a listing agree. ``created_from`` is inclusive, ``created_to``
+    exclusive (Unix ns of submission).
+    """
+
+    pools: frozenset[str] | None = None
+    statuses: frozenset[TaskStatus] | None = None
+    kinds: frozenset[str] | None = None
+    tenants: frozenset[str] | None = None
+    key_prefix: str | None = None
+    created_from: int | None = None
+    created_to: int | None = None
+
+    def matches(self, pool: str, status: TaskStatus, kind: str, tenant: str | None, key: str | None,
+                created_at: int) -> bool:  # fmt: skip
+        if self.pools and pool not in self.pools:
+            return False
+        if self.statuses and status not in self.statuses:
+            return False
+        if self.kinds and kind not in self.kinds:
+            return False
+        if self.tenants and (tenant is None or tenant not in self.tenants):
+            return False
+        if self.key_prefix and (key is None or not key.startswith(self.key_prefix)):
+            return False
+        if self.created_from is not None and created_at < self.created_from:
+            return False
+        return self.created_to is None or created_at < self.created_to
+
+
+@dataclass(frozen=True, slots=True)
 class RecurringInfo:
     name: str
     cron: str

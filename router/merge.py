@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
-from typing import TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 from cronoq.proto import cronoq_pb2 as pb
 
-__all__ = ["concatenated", "snapshots", "streams"]
+__all__ = ["SHARD_BITS", "concatenated", "pages", "snapshots", "streams"]
+
+SHARD_BITS = 56
+"""Task ids carry their shard's number above this bit."""
 
 Listing = TypeVar("Listing", pb.ListWorkersResponse, pb.ListRecurringResponse)
 
@@ -76,3 +79,39 @@ async def streams(sources: Sequence[AsyncIterator[pb.StatusEvent]]) -> AsyncIter
         for source in sources:
             with contextlib.suppress(Exception):
                 await source.aclose()  # type: ignore[attr-defined]
+
+
+async def pages(
+    shards: Sequence[Any],
+    after: int,
+    limit: int,
+    newest_first: bool,
+    ask: Callable[[Any, int, int], Awaitable[pb.ListTasksResponse | None]],
+) -> pb.ListTasksResponse:
+    """One page of a listing over every shard, in id order (newest first: the reverse), with one
+    cursor. Task ids carry their shard's number in their top bits, so the shards are walked in
+    number order from the cursor's shard, each asked for what the page still lacks.
+
+    ``shards`` are the shards the listing concerns, in number order, each with ``number`` and
+    ``name``; ``ask(shard, cursor, remaining)`` answers that shard's page, or None when the shard
+    could not be asked (it is then named in ``unavailable_shards``)."""
+    ordered = list(reversed(shards)) if newest_first else list(shards)
+    start = after >> SHARD_BITS
+    page = pb.ListTasksResponse()
+    for shard in ordered:
+        if after and (shard.number > start if newest_first else shard.number < start):
+            continue
+        remaining = limit - len(page.tasks)
+        if remaining <= 0:
+            page.next_after = page.tasks[-1].id
+            break
+        part = await ask(shard, after if after and shard.number == start else 0, remaining)
+        if part is None:
+            page.unavailable_shards.append(shard.name)
+            continue
+        page.tasks.extend(part.tasks)
+        page.unavailable_shards.extend(part.unavailable_shards)
+        if part.next_after:
+            page.next_after = part.next_after
+            break
+    return page

@@ -37,6 +37,8 @@ import grpc
 from cronoq.cluster.peers import Peer, PeerChannels
 from cronoq.config import Config, Role, ShardSection
 
+from cronoq.proto import console_pb2 as cpb
+from cronoq.proto import console_pb2_grpc as cpbg
 from cronoq.proto import cronoq_pb2 as pb
 
 from . import merge
@@ -122,6 +124,8 @@ class LocalApi(Protocol):
     def submit_batch(self, principal: Any, request: pb.SubmitBatchRequest) -> Awaitable[pb.SubmitBatchResponse]: ...
     def get(self, principal: Any, request: pb.GetRequest) -> Awaitable[pb.TaskInfo]: ...
     def list_tasks(self, principal: Any, request: pb.ListTasksRequest) -> Awaitable[pb.ListTasksResponse]: ...
+    def search_tasks(self, principal: Any, request: cpb.SearchTasksRequest) -> Awaitable[pb.ListTasksResponse]: ...
+    def task_detail(self, principal: Any, request: pb.GetRequest) -> Awaitable[cpb.TaskDetail]: ...
     def wait(self, principal: Any, request: pb.WaitRequest) -> Awaitable[pb.TaskResult]: ...
     def cancel(self, principal: Any, request: pb.CancelRequest) -> Awaitable[pb.CancelResponse]: ...
     def watch(self, principal: Any, request: pb.WatchRequest) -> Awaitable[AsyncIterator[pb.StatusEvent]]: ...
@@ -168,6 +172,7 @@ class Router:
         self._by_number = {shard.number: shard for shard in config.shards}
         self._ordered = sorted(config.shards, key=lambda shard: shard.number)
         self._traceparent = traceparent
+        self._console_stubs: dict[int, tuple[Any, Any]] = {}  # per peer channel
         self._coalescer = SubmitCoalescer(
             max_tasks=min(self.limits.max_tasks_per_batch, COALESCE_MAX_TASKS),
             max_bytes=self.limits.max_message_bytes // 2,
@@ -261,6 +266,8 @@ class Router:
         """One unary call on ``peer``: over its link when one is open and the call carries no
         trace (the receiving node's gRPC interceptors continue traces), else over gRPC."""
         traceparent = self._current_trace()
+        if service == "console":
+            return await self._forward_console(peer, method, request, caller, timeout, traceparent)
         link = self.links.get(peer.name) if not traceparent else None
         if link is not None:
             number = METHOD_NUMBER[(service, method)]
@@ -288,6 +295,19 @@ class Router:
             response = await call
             self.links.advertised(peer.name, peer.shard.endpoint, await call.trailing_metadata())
             return response
+        except grpc.aio.AioRpcError as exc:
+            raise _peer_error(peer, exc) from None
+
+    async def _forward_console(self, peer: Peer, method: str, request: Any, caller: Caller, timeout: float,
+                               traceparent: str | None) -> Any:  # fmt: skip
+        """A ``cronoq.console.v1`` call on ``peer`` (over gRPC: links carry cronoq.v1 only)."""
+        channel = peer.channel
+        stub = self._console_stubs.get(id(channel))
+        if stub is None or stub[0] is not channel:
+            stub = self._console_stubs[id(channel)] = (channel, cpbg.ConsoleStub(channel))  # type: ignore[no-untyped-call]
+        try:
+            return await getattr(stub[1], method)(request, metadata=self._metadata(caller, traceparent),
+                                                  timeout=timeout)  # fmt: skip
         except grpc.aio.AioRpcError as exc:
             raise _peer_error(peer, exc) from None
 
@@ -466,40 +486,69 @@ class Router:
     async def list_tasks(self, caller: Caller, request: pb.ListTasksRequest) -> pb.ListTasksResponse:
         if self._local_only(caller):
             return await self.local.list_tasks(caller, request)
+
+        def sub(pools: list[str], after: int, limit: int) -> pb.ListTasksRequest:
+            return pb.ListTasksRequest(pools=pools, statuses=request.statuses, after=after, limit=limit)
+
+        return await self._listing(caller, request, False, sub, "tasks", "ListTasks", self.local.list_tasks)
+
+    async def search_tasks(self, caller: Caller, request: cpb.SearchTasksRequest) -> pb.ListTasksResponse:
+        """ListTasks with the console's filters (``cronoq.console.v1``), over every shard."""
+        if self._local_only(caller):
+            return await self.local.search_tasks(caller, request)
+
+        def sub(pools: list[str], after: int, limit: int) -> cpb.SearchTasksRequest:
+            part = cpb.SearchTasksRequest()
+            part.CopyFrom(request)
+            part.list.CopyFrom(pb.ListTasksRequest(pools=pools, statuses=request.list.statuses, after=after,
+                                                   limit=limit))  # fmt: skip
+            return part
+
+        return await self._listing(caller, request.list, request.newest_first, sub, "console", "SearchTasks",
+                                   self.local.search_tasks)  # fmt: skip
+
+    async def _listing(self, caller: Caller, request: pb.ListTasksRequest, newest_first: bool,
+                       sub: Callable[[list[str], int, int], Any], service: str, method: str,
+                       local: Callable[[Any, Any], Awaitable[pb.ListTasksResponse]]
+                       ) -> pb.ListTasksResponse:  # fmt: skip
+        """A listing of every shard the filter concerns (see ``merge.pages``)."""
         caller.require(Role.CLIENT)
         for pool in request.pools:
             self._check_pool(caller, pool)
         wanted = set(request.pools)
         limit = request.limit or 100
         limit = max(1, min(limit, self.limits.max_list))
-        start = request.after >> SHARD_BITS
-        page = pb.ListTasksResponse()
-        for shard in self._ordered:
-            if shard.number < start:
-                continue
-            pools = [pool for pool in shard.pools if pool in wanted] if wanted else []
-            if wanted and not pools:
-                continue
-            if not wanted and not self._concerns(caller, shard):
-                continue
-            remaining = limit - len(page.tasks)
-            if remaining <= 0:
-                page.next_after = page.tasks[-1].id
-                break
-            sub = pb.ListTasksRequest(pools=pools, statuses=request.statuses,
-                                      after=request.after if shard.number == start else 0, limit=remaining)  # fmt: skip
+        shards = [shard for shard in self._ordered
+                  if (any(pool in wanted for pool in shard.pools) if wanted
+                      else self._concerns(caller, shard))]  # fmt: skip
+
+        async def ask(shard: ShardSection, after: int, remaining: int) -> pb.ListTasksResponse | None:
+            part = sub([pool for pool in shard.pools if pool in wanted], after, remaining)
             try:
-                local = partial(self.local.list_tasks, caller, sub)
-                part = await self._ask(caller, shard, "tasks", "ListTasks", sub, local)
+                answer: pb.ListTasksResponse = await self._ask(caller, shard, service, method, part,
+                                                               partial(local, caller, part))  # fmt: skip
             except _Unreachable:
-                page.unavailable_shards.append(shard.name)
-                continue
-            page.tasks.extend(part.tasks)
-            page.unavailable_shards.extend(part.unavailable_shards)
-            if part.next_after:
-                page.next_after = part.next_after
-                break
-        return page
+                return None
+            return answer
+
+        return await merge.pages(shards, request.after, limit, newest_first, ask)
+
+    async def task_detail(self, caller: Caller, request: pb.GetRequest) -> cpb.TaskDetail:
+        """A task's detail (``cronoq.console.v1``): from the shard of its id, or of its key."""
+        if self._local_only(caller) or _malformed(request.task):
+            return await self.local.task_detail(caller, request)
+        caller.require(Role.CLIENT)
+        if _by_key(request.task):
+            shard, info = await self._find_key(caller, request.task.key, cancelling=False)
+            request = pb.GetRequest(task=pb.TaskRef(id=info.id))
+            peer = None if shard.name == self.local_name else self.peers.peer(shard.name)
+        else:
+            peer = self._peer_by_id(caller, request.task.id)
+        if peer is None:
+            return await self.local.task_detail(caller, request)
+        detail: cpb.TaskDetail = await self._forward(peer, "console", "GetTaskDetail", request, caller,
+                                                     self.limits.request_timeout_s)  # fmt: skip
+        return detail
 
     async def _ask(self, caller: Caller, shard: ShardSection, service: str, method: str, request: Any,
                    local: Callable[[], Awaitable[Any]]) -> Any:  # fmt: skip

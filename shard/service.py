@@ -37,7 +37,10 @@ from cronoq.engine import (
     TaskStatus,
     UnknownTask,
 )
+from cronoq.engine.actions import RecoveredTask
+from cronoq.engine.views import TaskQuery
 from cronoq.stores.base import Store
+from cronoq.stores.history import HistoryRead, Transition, clamp_cursor, info_of
 
 from .blob import Blob, BlobCodec
 from .driver import Driver, DriverOptions, NotLeader
@@ -236,10 +239,30 @@ class ShardService:
         await event.wait()
 
     async def get(self, ref: TaskRef) -> tuple[TaskInfo, bool] | None:
+        """The task and whether its output can be read; a task the engine no longer holds is
+        looked up by id in the store's history (by key it is not: keys follow the retention rule)."""
         info: TaskInfo | None = await self._call(lambda core, now: core.get(ref))
         if info is None:
-            return None
+            info = await self._from_history(ref)
+            if info is None:
+                return None
         return info, await self._output_available(info)
+
+    async def _from_history(self, ref: TaskRef) -> TaskInfo | None:
+        stored = await self.stored_task(ref)
+        return None if stored is None else info_of(stored)
+
+    async def stored_task(self, ref: TaskRef) -> RecoveredTask | None:
+        """The task's row in the store (its spec included), by id; None without a history."""
+        history = self._history
+        if history is None or not isinstance(ref, int):
+            return None
+        return await history.history_task(ref)
+
+    @property
+    def _history(self) -> HistoryRead | None:
+        store = self.store
+        return store if isinstance(store, HistoryRead) else None
 
     async def _output_available(self, info: TaskInfo) -> bool:
         if info.status is not TaskStatus.SUCCEEDED or not info.has_output:
@@ -255,6 +278,8 @@ class ShardService:
         try:
             result: bool = await self._call(lambda core, now: core.cancel(now, ref))
         except UnknownTask:
+            if await self._from_history(ref) is not None:
+                return False  # finished long ago: nothing to cancel
             raise
         return result
 
@@ -270,6 +295,8 @@ class ShardService:
             return info
 
         info = await self._call(attach)
+        if info is None:
+            info = await self._from_history(ref)
         if info is None:
             raise UnknownTask(f"unknown task {ref!r}")
         if info.status.terminal:
@@ -301,14 +328,28 @@ class ShardService:
 
     async def list_tasks(self, pools: Iterable[str] | None, statuses: Iterable[TaskStatus] | None, after: int,
                          limit: int) -> tuple[list[TaskInfo], int | None]:
-        pools = list(pools) if pools is not None else None
-        statuses = list(statuses) if statuses is not None else None
-        rows: list[TaskInfo] = await self._call(
-            lambda core, now: core.list_tasks(pools, statuses, after, limit + 1)
+        query = TaskQuery(pools=frozenset(pools) if pools else None, statuses=frozenset(statuses) if statuses else None)
+        return await self.list_page(query, after, limit)
+
+    async def list_page(self, query: TaskQuery, after: int, limit: int,
+                        descending: bool = False) -> tuple[list[TaskInfo], int | None]:  # fmt: skip
+        """One page of tasks in id order (newest first with ``descending``) and the cursor of the
+        next page (None on the last): the engine's live and retained tasks merged with the
+        finished ones of the store's history (see ``merge_history``)."""
+        live: list[TaskInfo] = await self._call(
+            lambda core, now: core.list_tasks(after=after, limit=limit + 1, query=query, descending=descending)
         )
-        more = len(rows) > limit
-        rows = rows[:limit]
-        return rows, (rows[-1].id if more and rows else None)
+        history = self._history
+        cursor = clamp_cursor(after, descending, self.config.id_shard or 0)
+        if history is None or cursor is None:
+            return merge_history(live, [], limit, descending)
+        stored = await history.history(query, cursor, limit + 1, descending)
+        return merge_history(live, stored, limit, descending)
+
+    async def transitions(self, task_id: int) -> list[Transition]:
+        """The status changes of a task as its store recorded them (none without a history)."""
+        history = self._history
+        return [] if history is None else await history.transitions(task_id)
 
     def watch(self, pools: set[str] | None, ids: Iterable[int], keys: Iterable[str],
               all_transitions: bool) -> Subscription:
@@ -503,6 +544,24 @@ class ShardService:
             ]
             for event in waiting:
                 event.set()
+
+
+def merge_history(live: list[TaskInfo], stored: list[TaskInfo], limit: int,
+                  descending: bool) -> tuple[list[TaskInfo], int | None]:  # fmt: skip
+    """Merge the engine's page with the store's (each asked for ``limit + 1`` tasks, so a full
+    one means more may follow). The engine's answer wins for a task both hold. Where a full page
+    ends, the other page's tasks past that end are left for the next page: they may be missing
+    tasks that only the full side would have listed there."""
+    ends = [page[-1].id for page in (live, stored) if len(page) > limit]
+    first = {info.id: info for info in stored}
+    first.update((info.id, info) for info in live)
+    rows = sorted(first.values(), key=lambda info: info.id, reverse=descending)
+    if ends:
+        end = max(ends) if descending else min(ends)
+        rows = [info for info in rows if (info.id >= end if descending else info.id <= end)]
+    more = bool(ends) or len(rows) > limit
+    rows = rows[:limit]
+    return rows, (rows[-1].id if more and rows else None)
 
 
 def _apply(core: Core, now: int, reports: Sequence[tuple[int, Failure]]) -> None:

@@ -74,6 +74,9 @@ def compact_sql(s: str) -> str:
         f" moved AS (DELETE FROM {s}.cronoq_task_events WHERE seq <= $2 AND EXISTS (SELECT 1 FROM fence)"
         " RETURNING seq, statuses),"
         f" ev AS ({_expanded('moved')}),"
+        # Every folded status row stays readable as one of its task's transitions (history.py).
+        f" kept AS (INSERT INTO {s}.cronoq_task_transitions (task_id, {_TRANSITION_COLS})"
+        f" SELECT id, {_TRANSITION_COLS} FROM ev),"
         # The latest status of each task, with the latest started_at any of its rows carries.
         " latest AS (SELECT DISTINCT ON (id) *, first_value(started_at) OVER"
         " (PARTITION BY id ORDER BY started_at IS NULL, seq DESC) AS started FROM ev ORDER BY id, seq DESC),"
@@ -98,6 +101,19 @@ def output_sql(s: str) -> str:
         " UNION ALL SELECT -1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, output, has_output"
         f" FROM {s}.cronoq_tasks WHERE id = $1) AS x WHERE id = $1 OR seq = -1"
         " ORDER BY seq DESC LIMIT 1"
+    )
+
+
+_TRANSITION_COLS: Final = "seq, status, attempt, message, started_at, finished_at, retry_at"
+
+
+def transitions_sql(s: str) -> str:
+    """The recorded status rows of task ``$1`` in commit order: the folded ones, then those still
+    in the log."""
+    return (
+        f"SELECT {_TRANSITION_COLS} FROM {s}.cronoq_task_transitions WHERE task_id = $1"
+        f" UNION ALL SELECT {_TRANSITION_COLS} FROM ({_expanded(f'{s}.cronoq_task_events')}) AS x WHERE id = $1"
+        " ORDER BY seq"
     )
 
 

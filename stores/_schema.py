@@ -16,6 +16,12 @@ Version history:
    update rewrites the whole row and its index entries); the store folds them into the task rows
    in the background and on recovery. The finish-time index leaves out live tasks.
    SQLite: no change (its rows are updated in place), recorded so both dialects share versions.
+4. task history (``history.py``): indexes over finished rows only, one per filter of a listing
+   (``(pool, id)``, ``(status, id)``, ``(kind, id)``, ``(tenant, id)``, the key, the submission
+   time), so that inserting a live task writes no extra index entry; and
+   ``cronoq_task_transitions``, the status changes of each task. SQLite records them with a
+   trigger on its status updates; Postgres when it folds the event log into the task rows (each
+   logged status row becomes one). Deleting a task row deletes its transitions (a trigger).
 
 In Postgres statements ``{s}`` stands for the quoted schema name.
 """
@@ -97,6 +103,41 @@ SQLITE_MIGRATIONS: Final[tuple[Migration, ...]] = (
         ),
     ),
     Migration("status event log (Postgres only; nothing changes in SQLite)", ()),
+    Migration(
+        "task history: indexes of finished tasks, status transitions",
+        (
+            *(
+                f"CREATE INDEX cronoq_tasks_hist_{column}_idx ON cronoq_tasks ({column}, id)"
+                f" WHERE finished_at IS NOT NULL{extra}"
+                for column, extra in (("pool", ""), ("status", ""), ("kind", ""), ("tenant", " AND tenant IS NOT NULL"))
+            ),
+            "CREATE INDEX cronoq_tasks_hist_key_idx ON cronoq_tasks (key)"
+            " WHERE finished_at IS NOT NULL AND key IS NOT NULL",
+            "CREATE INDEX cronoq_tasks_hist_created_idx ON cronoq_tasks (submitted_at) WHERE finished_at IS NOT NULL",
+            """CREATE TABLE cronoq_task_transitions (
+                seq INTEGER PRIMARY KEY,
+                task_id INTEGER NOT NULL,
+                status TEXT NOT NULL,
+                attempt INTEGER NOT NULL,
+                message TEXT,
+                started_at INTEGER,
+                finished_at INTEGER,
+                retry_at INTEGER
+            )""",
+            "CREATE INDEX cronoq_task_transitions_task_idx ON cronoq_task_transitions (task_id, seq)",
+            # Every status update of a task row (commits, quarantine) is one transition.
+            """CREATE TRIGGER cronoq_tasks_transition AFTER UPDATE OF status, attempt ON cronoq_tasks
+            BEGIN
+                INSERT INTO cronoq_task_transitions (task_id, status, attempt, message, started_at, finished_at,
+                                                     retry_at)
+                VALUES (NEW.id, NEW.status, NEW.attempt, NEW.message, NEW.started_at, NEW.finished_at, NEW.retry_at);
+            END""",
+            """CREATE TRIGGER cronoq_tasks_forget AFTER DELETE ON cronoq_tasks
+            BEGIN
+                DELETE FROM cronoq_task_transitions WHERE task_id = OLD.id;
+            END""",
+        ),
+    ),
 )
 
 PG_VERSION_TABLE_DDL: Final = (
@@ -181,6 +222,41 @@ PG_MIGRATIONS: Final[tuple[Migration, ...]] = (
             "CREATE INDEX cronoq_tasks_finished_idx ON {s}.cronoq_tasks (finished_at) WHERE finished_at IS NOT NULL",
         ),
     ),
+    Migration(
+        "task history: indexes of finished tasks, status transitions",
+        (
+            *(
+                f"CREATE INDEX cronoq_tasks_hist_{column}_idx ON {{s}}.cronoq_tasks ({column}, id)"
+                f" WHERE finished_at IS NOT NULL{extra}"
+                for column, extra in (("pool", ""), ("status", ""), ("kind", ""), ("tenant", " AND tenant IS NOT NULL"))
+            ),
+            # Key prefixes are ranges in byte order, whatever the database's collation.
+            'CREATE INDEX cronoq_tasks_hist_key_idx ON {s}.cronoq_tasks ((key COLLATE "C"))'
+            " WHERE finished_at IS NOT NULL AND key IS NOT NULL",
+            "CREATE INDEX cronoq_tasks_hist_created_idx ON {s}.cronoq_tasks (submitted_at)"
+            " WHERE finished_at IS NOT NULL",
+            # Filled when the event log is folded (``_pg_events.compact_sql``): one row per status row.
+            """CREATE TABLE {s}.cronoq_task_transitions (
+                task_id bigint NOT NULL,
+                seq bigint NOT NULL,
+                status text NOT NULL,
+                attempt bigint NOT NULL,
+                message text,
+                started_at bigint,
+                finished_at bigint,
+                retry_at bigint
+            )""",
+            "CREATE INDEX cronoq_task_transitions_task_idx ON {s}.cronoq_task_transitions (task_id, seq)",
+            # Pruned tasks take their transitions along, in one statement per prune.
+            """CREATE FUNCTION {s}.cronoq_forget_transitions() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                DELETE FROM {s}.cronoq_task_transitions WHERE task_id IN (SELECT id FROM gone);
+                RETURN NULL;
+            END $$""",
+            """CREATE TRIGGER cronoq_tasks_forget AFTER DELETE ON {s}.cronoq_tasks
+            REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION {s}.cronoq_forget_transitions()""",
+        ),
+    ),
 )
 
 LATEST: Final = len(SQLITE_MIGRATIONS)
@@ -191,6 +267,9 @@ SHARD_TABLE_VERSION: Final = 2
 
 PG_EVENTS_VERSION: Final = 3
 """The first Postgres version that has ``cronoq_task_events``."""
+
+HISTORY_VERSION: Final = 4
+"""The first version that has ``cronoq_task_transitions`` and the history indexes."""
 
 
 def shard_conflict(recorded: str | None, wanted: str | None) -> str:

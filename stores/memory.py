@@ -10,15 +10,18 @@ at once, and taking it fences the previous leader (its ``lost`` event is set).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cronoq.engine.actions import Mutation, Recovered
+from cronoq.engine.actions import Mutation, Recovered, RecoveredTask
 from cronoq.engine.types import NS_PER_S
+from cronoq.engine.views import TaskInfo, TaskQuery
 
 from . import _rows as R
 from . import _schema as S
+from . import history as H
 from .base import DEFAULT_CODEC, Codec, Corrupt, Fenced, ShardMismatch, StoreError
 
 __all__ = ["MemoryState", "MemoryStore"]
@@ -29,6 +32,7 @@ class MemoryState:
     """The "database" behind one or more MemoryStore instances."""
 
     tasks: dict[int, list[Any]] = field(default_factory=dict)  # stored id -> full task row
+    transitions: dict[int, list[H.Transition]] = field(default_factory=dict)  # stored id -> status changes
     recurring: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     epoch: int = 0
     id_high_water: int | None = None  # stored (signed) id
@@ -134,6 +138,10 @@ class MemoryStore:
                 row[R.T_STARTED] = upd[4]
             row[R.T_FINISHED], row[R.T_RETRY_AT] = upd[5], upd[6]
             row[R.T_OUTPUT_FULL], row[R.T_HAS_OUTPUT_FULL] = upd[7], upd[8]
+            change = H.transition_of(row[R.T_STATUS], row[R.T_ATTEMPT], row[R.T_MESSAGE], row[R.T_STARTED],
+                                     row[R.T_FINISHED], row[R.T_RETRY_AT])  # fmt: skip
+            if change is not None:
+                st.transitions.setdefault(upd[0], []).append(change)
         for rec in batch.recurring:
             st.recurring[rec[0]] = rec
         for name in batch.deleted:
@@ -147,6 +155,7 @@ class MemoryStore:
         old = [i for i, row in tasks.items() if row[R.T_FINISHED] is not None and row[R.T_FINISHED] < before]
         for i in old:
             del tasks[i]
+            self.state.transitions.pop(i, None)
         return len(old)
 
     # -- reads ---------------------------------------------------------------------------------
@@ -189,6 +198,31 @@ class MemoryStore:
         high = R.from_db_id(st.id_high_water) if st.id_high_water is not None else 0
         result.id_high_water = max([high, *(t.record.id for t in result.tasks)])
         return result
+
+    # -- history (see history.py; a scan of every row: the memory store is not for big histories)
+
+    async def history(self, query: TaskQuery, after: int, limit: int, descending: bool = False) -> list[TaskInfo]:
+        await self.open()
+        now = time.time_ns()
+        found: list[TaskInfo] = []
+        for row in self.state.tasks.values():
+            task_id = R.from_db_id(row[R.T_ID])
+            if row[R.T_FINISHED] is None or (after and (task_id >= after if descending else task_id <= after)):
+                continue
+            info = H.row_info(self._read_row(row), self.codec, now)
+            if query.matches(info.pool, info.status, info.kind, info.tenant, info.key, info.created_at):
+                found.append(info)
+        found.sort(key=lambda info: info.id, reverse=descending)
+        return found[:limit]
+
+    async def history_task(self, task_id: int) -> RecoveredTask | None:
+        await self.open()
+        row = self.state.tasks.get(R.to_db_id(task_id))
+        return None if row is None else H.decode_row(self._read_row(row), self.codec, time.time_ns())
+
+    async def transitions(self, task_id: int) -> list[H.Transition]:
+        await self.open()
+        return list(self.state.transitions.get(R.to_db_id(task_id), ()))
 
     async def load_output(self, task_id: int) -> tuple[bool, object]:
         await self.open()

@@ -48,12 +48,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import asyncpg
-from cronoq.engine.actions import Mutation, Recovered
+from cronoq.engine.actions import Mutation, Recovered, RecoveredTask
 from cronoq.engine.types import NS_PER_S
+from cronoq.engine.views import TaskInfo, TaskQuery
 
 from . import _pg_events as E
 from . import _rows as R
 from . import _schema as S
+from . import history as H
 from ._prepared import PreparedSteps
 from .base import (
     DEFAULT_CODEC,
@@ -394,6 +396,13 @@ class PostgresStore:
 
         self._key = lock_key(schema)
         self._sql = _CommitSql(self._s)
+        self._history = H.SqlHistory(
+            f"{self._s}.cronoq_tasks",
+            lambda n: f"${n}",
+            binary=' COLLATE "C"',
+            starts_with=lambda column, prefix: f"starts_with({column}, {prefix})",
+            array=lambda placeholder, kind: f"{placeholder}::{kind}[]",
+        )
         self._pool: Any = None
         self._lock_conn: Any = None
         self._open_lock = asyncio.Lock()
@@ -404,6 +413,8 @@ class PostgresStore:
         self._commits = 0  # commits under the current epoch: the low bits of their seq
         self._last_seq: int | None = None  # seq of the last commit that succeeded
         self._unfolded = 0  # events appended since the last compaction started
+        # Wall time of the oldest event appended since then (0: unknown, as after a takeover).
+        self._unfolded_since: int | None = None
         self._compactor: asyncio.Task[None] | None = None
         # Steps encoded ahead by ``prepare``, oldest first, with the mutation list they came from.
         self._prepared: PreparedSteps[_EncodedStep] = PreparedSteps(lambda mutations: _encode(mutations, self.codec))
@@ -540,6 +551,7 @@ class PostgresStore:
         self._commits = 0
         self._last_seq = None
         self._unfolded = 0
+        self._unfolded_since = 0  # the log may hold events of earlier leaders
         self.lost.clear()
         self._keeper = asyncio.get_running_loop().create_task(
             self._keepalive_loop(conn, epoch), name=f"cronoq-pg-keepalive-{epoch}"
@@ -698,8 +710,11 @@ class PostgresStore:
             raise Fenced(f"epoch {epoch} is stale: another instance leads schema {self.schema!r}")
         if batch.statuses:
             self._unfolded += len(batch.statuses)
+            if self._unfolded_since is None:
+                self._unfolded_since = time.time_ns()
             if self._unfolded >= self.compact_after and (self._compactor is None or self._compactor.done()):
                 self._unfolded = 0
+                self._unfolded_since = None
                 self._compactor = asyncio.get_running_loop().create_task(
                     self._compact_in_background(epoch, seq), name=f"cronoq-pg-compact-{epoch}"
                 )
@@ -747,6 +762,8 @@ class PostgresStore:
             await asyncio.gather(running, return_exceptions=True)
         if upto is None:
             upto = E.commit_seq(epoch, 1) - 1  # events of earlier epochs only
+        if upto == self._last_seq:
+            self._unfolded_since = None
         try:
             return await self._compact(epoch, upto)
         except TimeoutError:
@@ -829,6 +846,46 @@ class PostgresStore:
         high_id = R.from_db_id(high) if high is not None else 0
         result.id_high_water = max([high_id, *(t.record.id for t in result.tasks)])
         return result
+
+    # -- history (see history.py) ------------------------------------------------------------
+
+    async def _fold_for_history(self) -> None:
+        """History lists finished rows: a task that finished before the retention window must be
+        in its row by then, not only in the log. The leader folds the log first when its oldest
+        event may be that old (with the default hour of retention, background compaction has
+        always done it)."""
+        since = self._unfolded_since
+        if self._epoch is not None and since is not None and time.time_ns() - since >= self.retention:
+            await self.compact()
+
+    async def _fetch(self, doing: str, sql: str, *args: Any) -> list[Any]:
+        await self.open()
+        try:
+            return list(await self._pool.fetch(sql, *args, timeout=self.commit_timeout))
+        except TimeoutError:
+            raise Unavailable(f"postgres {doing} took longer than {self.commit_timeout} s") from None
+        except _PG_FAILURES as exc:
+            raise _map_error(exc, doing) from exc
+
+    async def history(self, query: TaskQuery, after: int, limit: int, descending: bool = False) -> list[TaskInfo]:
+        await self.open()
+        await self._fold_for_history()
+
+        async def run(sql: str, args: list[Any]) -> list[Any]:
+            return await self._fetch("history read", sql, *args)
+
+        return await H.read_page(run, self._history, self.codec, query, after, limit, descending, time.time_ns())
+
+    async def history_task(self, task_id: int) -> RecoveredTask | None:
+        await self.open()
+        await self._fold_for_history()
+        rows = await self._fetch("history read", self._history.one(), R.to_db_id(task_id))
+        return H.decode_row(rows[0], self.codec, time.time_ns()) if rows else None
+
+    async def transitions(self, task_id: int) -> list[H.Transition]:
+        rows = await self._fetch("transitions read", E.transitions_sql(self._s), R.to_db_id(task_id))
+        found = (H.transition_of(*row[1:]) for row in rows)
+        return [transition for transition in found if transition is not None]
 
     async def load_output(self, task_id: int) -> tuple[bool, object]:
         await self.open()

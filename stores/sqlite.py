@@ -33,11 +33,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from cronoq.engine.actions import Mutation, Recovered
+from cronoq.engine.actions import Mutation, Recovered, RecoveredTask
 from cronoq.engine.types import NS_PER_S
+from cronoq.engine.views import TaskInfo, TaskQuery
 
 from . import _rows as R
 from . import _schema as S
+from . import history as H
 from ._prepared import PreparedSteps
 from .base import (
     DEFAULT_CODEC,
@@ -70,6 +72,17 @@ _UPDATE_STATUS = (
 _UPSERT_RECURRING = (
     f"INSERT INTO cronoq_recurring ({', '.join(R.RECURRING_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (name) DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in R.RECURRING_COLUMNS if c != "name")
+)
+
+_HISTORY = H.SqlHistory(
+    "cronoq_tasks",
+    lambda n: f"?{n}",
+    binary="",  # SQLite compares text byte by byte unless told otherwise
+    starts_with=lambda column, prefix: f"substr({column}, 1, length({prefix})) = {prefix}",
+)
+_TRANSITIONS = (
+    "SELECT status, attempt, message, started_at, finished_at, retry_at FROM cronoq_task_transitions"
+    " WHERE task_id = ? ORDER BY seq"
 )
 
 _TRANSIENT = (
@@ -585,6 +598,27 @@ class SqliteStore:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+
+    # -- history (see history.py) ------------------------------------------------------------
+
+    async def _rows(self, doing: str, sql: str, args: Sequence[Any]) -> list[Any]:
+        await self.open()
+        return await self._call(doing, lambda: self._db().execute(sql, args).fetchall())
+
+    async def history(self, query: TaskQuery, after: int, limit: int, descending: bool = False) -> list[TaskInfo]:
+        async def run(sql: str, args: list[Any]) -> list[Any]:
+            return await self._rows("history read", sql, args)
+
+        return await H.read_page(run, _HISTORY, self.codec, query, after, limit, descending, time.time_ns())
+
+    async def history_task(self, task_id: int) -> RecoveredTask | None:
+        rows = await self._rows("history read", _HISTORY.one(), (R.to_db_id(task_id),))
+        return H.decode_row(rows[0], self.codec, time.time_ns()) if rows else None
+
+    async def transitions(self, task_id: int) -> list[H.Transition]:
+        rows = await self._rows("transitions read", _TRANSITIONS, (R.to_db_id(task_id),))
+        found = (H.transition_of(*row) for row in rows)
+        return [transition for transition in found if transition is not None]
 
     async def load_output(self, task_id: int) -> tuple[bool, object]:
         await self.open()

@@ -19,12 +19,14 @@ from typing import ParamSpec, TypeVar
 from cronoq.config import Config, Role
 from cronoq.engine import Core, Snapshot, TaskInfo, TaskRef, TaskSpec, TaskStatus
 from cronoq.engine.recurring import RUN_KEY_SUFFIX_LEN, is_run_key
+from cronoq.proto import console_pb2 as cpb
 from cronoq.proto import cronoq_pb2 as pb
 from cronoq.shard.service import ShardService, Subscription
 
 from . import convert
 from .auth import Principal
 from .errors import ApiError, Code, from_exception
+from .history import task_detail, task_query
 
 __all__ = ["DEFAULT_LIST_LIMIT", "Api", "default_pool_name"]
 
@@ -263,19 +265,33 @@ class Api:
 
     @_api_errors
     async def list_tasks(self, principal: Principal, request: pb.ListTasksRequest) -> pb.ListTasksResponse:
+        return await self.search_tasks(principal, cpb.SearchTasksRequest(list=request))
+
+    @_api_errors
+    async def search_tasks(self, principal: Principal, request: cpb.SearchTasksRequest) -> pb.ListTasksResponse:
+        """ListTasks with the console's filters: live tasks, then finished ones of the history."""
         principal.require(Role.CLIENT)
-        statuses = convert.list_statuses(request.statuses)
-        pools = self._scope(principal, list(request.pools))
+        listing = request.list
+        pools = self._scope(principal, list(listing.pools))
+        query = task_query(request, pools, self.limits)
         service = self.current()
         if pools is not None and not pools:
             return pb.ListTasksResponse()
-        limit = request.limit or DEFAULT_LIST_LIMIT
+        limit = listing.limit or DEFAULT_LIST_LIMIT
         limit = max(1, min(limit, self.limits.max_list))
-        rows, next_after = await service.list_tasks(pools, statuses or None, int(request.after), limit)
+        rows, next_after = await service.list_page(query, int(listing.after), limit, request.newest_first)
         response = pb.ListTasksResponse(next_after=next_after or 0)
         for info in rows:
             response.tasks.append(convert.task_info(info, info.has_output and info.status is TaskStatus.SUCCEEDED))
         return response
+
+    @_api_errors
+    async def task_detail(self, principal: Principal, request: pb.GetRequest) -> cpb.TaskDetail:
+        """A task with its stored spec and recorded transitions (``cronoq.console.v1``)."""
+        principal.require(Role.CLIENT)
+        info, available = await self._visible_info(principal, convert.task_ref(request.task))
+        service = self.current()
+        return task_detail(info, available, await service.stored_task(info.id), await service.transitions(info.id))
 
     @_api_errors
     async def wait(self, principal: Principal, request: pb.WaitRequest) -> pb.TaskResult:

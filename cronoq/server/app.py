@@ -42,6 +42,7 @@ from .api import Api
 from .auth import Authenticator
 from .convert import core_config
 from .grpc_service import SHUTDOWN_LINGER_S, GrpcServices, server_options
+from .grpc_web import GrpcWebFront
 from .http import HttpGateway, ListenError, start_http
 from .links import LinkServer
 from .unary import UnaryRunner
@@ -148,6 +149,10 @@ class ServerApp:
             work = GrpcServices(self.api, self.authenticator, router=self.router, unary=self.unary).Work
             self.links = LinkServer(self.api, self.router, self.authenticator, work, self.unary)
         self._scaler = _WebhookScaler(config)
+        # gRPC-Web: a front owns the gRPC address and passes native gRPC on to grpcio (grpc_web.py).
+        self.web_front: GrpcWebFront | None = None
+        if config.server.grpc_web is not None:
+            self.web_front = GrpcWebFront(config, self.api, self.router, self.authenticator, self.unary)
         # OpenTelemetry (OTEL_* environment): None, and no cost, when nothing is to be exported.
         self.telemetry = telemetry.setup(config, self.api)
 
@@ -172,6 +177,8 @@ class ServerApp:
         GrpcServices(self.api, self.authenticator, router=self.router, standby=standby,
                      link_port=link_port, unary=self.unary).add_to(server)  # fmt: skip
         address = _format_addr(self._host, self._port)
+        if self.web_front is not None:
+            address = "unix:" + self.web_front.next_socket()  # the front owns the TCP address
         try:
             if self._credentials is not None:
                 port = server.add_secure_port(address, self._credentials)
@@ -182,8 +189,11 @@ class ServerApp:
         if port == 0:
             raise BindError(f"cannot listen on {address}: {_bind_problem(self._host, self._port)}")
         # Port 0 picks a free port once; later listeners (standby <-> leader) reuse it.
-        self._port = port
+        if self.web_front is None:
+            self._port = port
         await server.start()
+        if self.web_front is not None:
+            self.web_front.target = address.removeprefix("unix:")
         role = "standby" if standby else "leader"
         log.info("listening (%s) grpc=%s", role, self.grpc_address)
         if self.on_listening is not None:
@@ -210,8 +220,15 @@ class ServerApp:
                     await self.links.start(self._host, self.config)
                 except OSError as exc:
                     raise BindError(f"cannot listen for links on {self._host}: {exc.strerror or exc}") from None
+            if self.web_front is not None:
+                try:
+                    self._port = await self.web_front.start(self._host, self._port)
+                except OSError as exc:
+                    raise BindError(f"cannot listen on {self.grpc_address}: {exc.strerror or exc}") from None
             server = await self._listen(standby=True)
         except BaseException:
+            if self.web_front is not None:
+                await self.web_front.close()
             if self.links is not None:
                 await self.links.close()
             await self.http.close()
@@ -240,6 +257,8 @@ class ServerApp:
         finally:
             self.api.service = None
             await _stop_server(server, 0)
+            if self.web_front is not None:
+                await self.web_front.close()
             if self.links is not None:
                 await self.links.close()
             await self.http.close()

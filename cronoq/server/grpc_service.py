@@ -123,6 +123,9 @@ class GrpcServices(pbg.TasksServicer, pbg.AdminServicer, pbg.WorkersServicer):
         pbg.add_TasksServicer_to_server(self, server)  # type: ignore[no-untyped-call]
         pbg.add_AdminServicer_to_server(self, server)  # type: ignore[no-untyped-call]
         pbg.add_WorkersServicer_to_server(self, server)  # type: ignore[no-untyped-call]
+        from .console_grpc import ConsoleServicer  # the console's calls (cronoq.console.v1)
+
+        ConsoleServicer(self).add_to(server)
 
     def _principal(self, context: grpc.aio.ServicerContext[Any, Any]) -> Principal:
         principal = self.auth.authenticate(_metadata_value(context, "authorization"), _cert_names(context))

@@ -11,6 +11,7 @@ from cronoq.config import (
     CertSpec,
     Config,
     ConfigError,
+    ConsoleConfig,
     GrpcWebConfig,
     LimitsConfig,
     MemoryStoreConfig,
@@ -67,8 +68,9 @@ def mentioned_keys(text: str) -> set[str]:
 
 
 def test_example_mentions_every_key() -> None:
-    classes: list[type] = [ServerConfig, TlsConfig, PeerTlsConfig, GrpcWebConfig, LimitsConfig, PoolSection,
-                           RetrySection, WebhookScaler, SemaphoreResource, TokenBucketResource, ShardSection,
+    classes: list[type] = [ServerConfig, TlsConfig, PeerTlsConfig, GrpcWebConfig, ConsoleConfig, LimitsConfig,
+                           PoolSection, RetrySection, WebhookScaler, SemaphoreResource, TokenBucketResource,
+                           ShardSection,
                            OutputsConfig, SqliteStoreConfig, PostgresStoreConfig, CertSpec]  # fmt: skip
     expected = {spec.name for cls in classes for spec in fields(cls)}
     expected |= {"server", "auth", "tokens", "certs", "token_env", "store", "limits", "pools", "resources", "outputs",

@@ -9,6 +9,7 @@ from cronoq.config import (
     CertSpec,
     Config,
     ConfigError,
+    ConsoleConfig,
     GrpcWebConfig,
     LimitsConfig,
     OutputsConfig,
@@ -248,13 +249,17 @@ def test_literal_postgres_url_and_sqlite_round_trip() -> None:
         assert Config.parse(config.to_toml(), env={}) == config
 
 
-def test_grpc_web_table_is_read_but_refused_for_now() -> None:
-    text = '[server.grpc_web]\nallowed_origins = ["https://dash.example.com"]\n'
+def test_grpc_web_and_console_tables_are_read() -> None:
+    text = ('[server.grpc_web]\nallowed_origins = ["https://dash.example.com"]\n'
+            '[server.console]\ngrpc_web_url = "https://grpc.example.com:7070"\n')  # fmt: skip
     config = Config.read(text, env={})
     assert config.server.grpc_web == GrpcWebConfig(("https://dash.example.com",))
-    assert config.validate() == ["server.grpc_web: gRPC-Web is not supported yet; remove [server.grpc_web] "
-                                 "(browsers can use the HTTP API)"]  # fmt: skip
-    assert_problem(text, "server.grpc_web", "gRPC-Web is not supported yet")
+    assert config.server.console == ConsoleConfig(enabled=False, grpc_web_url="https://grpc.example.com:7070")
+    assert config.validate() == []
+    assert Config.parse(config.to_toml(), env={}) == config
+    assert_problem("[server.console]\nenabled = true\n", "server.console.enabled", "not part of this build yet")
+    assert_problem('[server.console]\ngrpc_web_url = "https://x.example.com/path"\n', "server.console.grpc_web_url",
+                   "must be an origin")  # fmt: skip
 
 
 UNKNOWN_KEYS = [

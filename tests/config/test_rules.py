@@ -31,7 +31,8 @@ RULES: list[tuple[str, str, str, str]] = [
     ("peer-tls-half", '[server.peer_tls]\ncert = "c.pem"\n', "server.peer_tls.key", "go together"),
     ("open-listener", '[server]\ngrpc_addr = "0.0.0.0:7070"\n', "server.grpc_addr", "no credentials are configured"),
     ("open-listener-v6", '[server]\nhttp_addr = "[::]:7071"\n', "server.http_addr", "not a loopback address"),
-    ("grpc-web", '[server.grpc_web]\nallowed_origins = ["https://a.example"]\n', "server.grpc_web", "not supported"),
+    ("grpc-web-path", '[server.grpc_web]\nallowed_origins = ["https://a.example/x"]\n',
+     "server.grpc_web.allowed_origins[0]", "not an exact origin"),
     # [auth]
     ("token-pool-unknown", TOKEN + 'pools = ["nope"]\n', "auth.tokens[0].pools[0]", "unknown pool 'nope'"),
     ("token-pools-empty", TOKEN + "pools = []\n", "auth.tokens[0].pools", "allows no pool"),

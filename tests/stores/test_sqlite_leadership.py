@@ -144,7 +144,7 @@ async def test_fresh_file_is_at_latest_version(tmp_path: Path, stores: list[Sqli
     path = tmp_path / "c.db"
     await make(stores, path).open()
     assert _versions(path) == list(range(1, schema.LATEST + 1))
-    assert schema.LATEST == 3
+    assert schema.LATEST == 4
 
 
 async def test_upgrade_from_version_1(tmp_path: Path, stores: list[SqliteStore]) -> None:
@@ -169,7 +169,7 @@ async def test_upgrade_from_version_1(tmp_path: Path, stores: list[SqliteStore])
 
     store = make(stores, path, shard="s1")
     rec = await store.recover(T0)
-    assert _versions(path) == [1, 2, 3]  # 3 changes nothing in SQLite (Postgres event log)
+    assert _versions(path) == [1, 2, 3, 4]  # 3 changes nothing in SQLite (Postgres event log)
     assert [(t.record.id, t.record.spec.key, t.record.spec.payload) for t in rec.tasks] == [(7, "legacy", {"v": 1})]
     conn = sqlite3.connect(path)
     try:

@@ -1,0 +1,36 @@
+"""The ``cronoq.console.v1.Console`` gRPC service, beside the ``cronoq.v1`` ones.
+
+Its calls go through the same authentication, bounds and router as every unary call of
+``GrpcServices`` (whose ``_unary`` they use), so they are forwarded between shards alike.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from cronoq.proto import console_pb2 as cpb
+from cronoq.proto import console_pb2_grpc as cpbg
+from cronoq.proto import cronoq_pb2 as pb
+
+if TYPE_CHECKING:
+    from .grpc_service import GrpcServices
+
+__all__ = ["ConsoleServicer"]
+
+
+class ConsoleServicer(cpbg.ConsoleServicer):
+    def __init__(self, services: GrpcServices) -> None:
+        self._services = services
+
+    def add_to(self, server: grpc.aio.Server) -> None:
+        cpbg.add_ConsoleServicer_to_server(self, server)  # type: ignore[no-untyped-call]
+
+    async def SearchTasks(self, request: cpb.SearchTasksRequest, context: Any) -> pb.ListTasksResponse:
+        services = self._services
+        return await services._unary(context, request, services.router.search_tasks)
+
+    async def GetTaskDetail(self, request: pb.GetRequest, context: Any) -> cpb.TaskDetail:
+        services = self._services
+        return await services._unary(context, request, services.router.task_detail)
