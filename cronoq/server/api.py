@@ -19,6 +19,7 @@ from typing import Any, ParamSpec, TypeVar
 from cronoq.config import Config, Role
 from cronoq.engine import Core, TaskInfo, TaskRef, TaskSpec, TaskStatus
 from cronoq.proto import cronoq_pb2 as pb
+from cronoq.shard.driver import StoreTrouble
 from cronoq.shard.service import ShardService, Subscription
 
 from . import convert
@@ -60,6 +61,8 @@ class Api:
         # The first configured pool, on every node, so a task without a pool goes to one place.
         self.default_pool = config.pools[0].name if config.pools else "default"
         self._shard_number = config.shard_number()
+        # Commit failures of every leadership of this process (the drivers count into it).
+        self.store_trouble = StoreTrouble()
 
     # ------------------------------------------------------------------------------- helpers
 
@@ -310,12 +313,15 @@ class Api:
     @_api_errors
     async def metrics_text(self, principal: Principal) -> tuple[bytes, str]:
         """Prometheus exposition of the snapshot: ``(body, content type)`` (metrics role)."""
-        from .metrics import CONTENT_TYPE, render
+        from .metrics import CONTENT_TYPE, ProcessFigures, render
 
         principal.require(Role.METRICS)
         snap, workers, visible = await self._snapshot_parts(principal)
         service = self.current()
-        return render(snap, workers, service.desired, visible), CONTENT_TYPE
+        trouble = self.store_trouble
+        process = ProcessFigures(leader_epoch=service.driver.epoch, store_commit_errors=trouble.commit_errors,
+                                 store_fenced_commits=trouble.fenced_commits)  # fmt: skip
+        return render(snap, workers, service.desired, visible, process), CONTENT_TYPE
 
     @_api_errors
     async def add_recurring(self, principal: Principal, request: pb.RecurringRequest) -> pb.Empty:

@@ -8,6 +8,7 @@ kept between scrapes and the numbers are exactly those of the snapshot.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -15,7 +16,7 @@ from prometheus_client.registry import Collector
 
 from cronoq.engine import Snapshot
 
-__all__ = ["CONTENT_TYPE", "TERMINAL_TOTALS", "render"]
+__all__ = ["CONTENT_TYPE", "TERMINAL_TOTALS", "ProcessFigures", "render"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -61,13 +62,23 @@ _POOL_GAUGES = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class ProcessFigures:
+    """What the serving process knows beside the snapshot: its leadership and its store."""
+
+    leader_epoch: int | None = None
+    store_commit_errors: int = 0
+    store_fenced_commits: int = 0
+
+
 class _SnapshotCollector(Collector):
     def __init__(self, snap: Snapshot, workers: Mapping[str, int], desired: Mapping[str, int],
-                 pools: Iterable[str] | None) -> None:  # fmt: skip
+                 pools: Iterable[str] | None, process: ProcessFigures) -> None:  # fmt: skip
         self._snap = snap
         self._workers = workers
         self._desired = desired
         self._pools = None if pools is None else set(pools)
+        self._process = process
 
     def collect(self) -> Iterator[Metric]:
         snap = self._snap
@@ -87,6 +98,18 @@ class _SnapshotCollector(Collector):
         yield GaugeMetricFamily("cronoq_live_tasks", "Tasks not yet finished.", value=float(snap.live_tasks))
         yield GaugeMetricFamily("cronoq_running", "Attempts running now.", value=float(snap.running))
         yield GaugeMetricFamily("cronoq_pending", "Tasks waiting to run.", value=float(snap.pending))
+        process = self._process
+        if process.leader_epoch is not None:
+            # Only the serving leader answers /metrics, so the series is there exactly while a
+            # process leads; a new value means another leadership began.
+            yield GaugeMetricFamily("cronoq_leader_epoch", "Epoch of this server's leadership of its shard.",
+                                    value=float(process.leader_epoch))  # fmt: skip
+        yield CounterMetricFamily("cronoq_store_commit_errors",
+                                  "Commit attempts the store refused as unavailable (retried), in this process.",
+                                  value=float(process.store_commit_errors))  # fmt: skip
+        yield CounterMetricFamily("cronoq_store_fenced_commits",
+                                  "Commits refused because another leader had taken over, in this process.",
+                                  value=float(process.store_fenced_commits))  # fmt: skip
 
         desired = GaugeMetricFamily("cronoq_pool_desired_workers",
                                     "Slots the autoscaler wants for the pool (feed this to KEDA or an HPA).",
@@ -128,13 +151,14 @@ class _SnapshotCollector(Collector):
 
 
 def render(snap: Snapshot, workers: Mapping[str, int], desired: Mapping[str, int] | None = None,
-           pools: Iterable[str] | None = None) -> bytes:  # fmt: skip
+           pools: Iterable[str] | None = None, process: ProcessFigures | None = None) -> bytes:  # fmt: skip
     """Prometheus text (exposition format 0.0.4) of ``snap``.
 
     ``workers`` counts connected workers per pool, ``desired`` is the autoscaler's latest target
     per pool (the snapshot's own value is used for pools missing there), ``pools`` limits the
-    per-pool series to those a scoped caller may see.
+    per-pool series to those a scoped caller may see, ``process`` adds the leadership epoch and
+    the store's commit failures.
     """
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_SnapshotCollector(snap, workers, desired or {}, pools))
+    registry.register(_SnapshotCollector(snap, workers, desired or {}, pools, process or ProcessFigures()))
     return generate_latest(registry)
