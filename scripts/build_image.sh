@@ -53,6 +53,7 @@ make_local_base() {
         --change 'CMD ["/bin/bash"]' \
         --message "Debian bookworm minbase with python3 and python3-venv (debootstrap)" \
         - "$local_base" >/dev/null
+    echo "build_image: $local_base made in ${SECONDS}s" >&2
 }
 
 if [ "$base" = "$local_base" ] && ! docker image inspect "$local_base" >/dev/null 2>&1; then
@@ -61,15 +62,21 @@ fi
 
 wheelhouse="$root/build/wheelhouse"
 mkdir -p "$wheelhouse"
-echo "build_image: building the dependencies' wheels into build/wheelhouse" >&2
 wheels() {
     (cd "$root" && "$python" -m pip wheel --quiet --wheel-dir "$wheelhouse" "$@" '.[server,operator]' \
         'setuptools>=68' wheel) >"$root/build/wheelhouse.log" 2>&1
 }
-# From the wheels already there when they suffice (quick, offline), else from the index.
-if ! wheels --no-index --find-links "$wheelhouse" && ! wheels; then
-    tail -n 30 "$root/build/wheelhouse.log" >&2
-    exit 1
+echo "build_image: the dependencies' wheels in build/wheelhouse" >&2
+# Fetched again only when the dependencies may have changed: from the wheels already there when
+# they suffice (offline), else from the index.
+stamp="$wheelhouse/.complete"
+if [ ! -f "$stamp" ] || [ "$root/pyproject.toml" -nt "$stamp" ]; then
+    if ! wheels --no-index --find-links "$wheelhouse" && ! wheels; then
+        tail -n 30 "$root/build/wheelhouse.log" >&2
+        exit 1
+    fi
+    touch "$stamp"
+    echo "build_image: wheels ready after ${SECONDS}s" >&2
 fi
 # The image builds cronoq itself from the sources in the build context (which .dockerignore
 # selects), so a folder missing there fails the build instead of going unnoticed.
@@ -87,4 +94,4 @@ fi
 docker image prune --force --filter label=io.cronoq.stage=runtime >/dev/null
 docker image prune --force --filter label=io.cronoq.stage=build --filter until=24h >/dev/null
 size="$(docker image inspect -f '{{.Size}}' "$image")"
-echo "build_image: $image is $((size / 1000000)) MB" >&2
+echo "build_image: $image is $((size / 1000000)) MB, built in ${SECONDS}s" >&2
