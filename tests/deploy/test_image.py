@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import secrets
 import subprocess
 import tarfile
@@ -139,8 +140,11 @@ def test_server_and_worker_containers_run_a_task_submitted_over_http(image: str,
     env = [arg for role, token in tokens.items() for arg in ("-e", f"CRONOQ_{role.upper()}_TOKEN={token}")]
     grpc_port, http_port = free_port(), free_port()
     config = (DEPLOY / "cronoq.example.toml").read_text()
-    config = config.replace('grpc_addr = "0.0.0.0:7070"', f'grpc_addr = "127.0.0.1:{grpc_port}"')
-    config = config.replace('http_addr = "0.0.0.0:7071"', f'http_addr = "127.0.0.1:{http_port}"')
+    # The example listens on every interface; here the containers share the host's network, so
+    # the listeners stay on loopback ports of their own.
+    for key, port in (("grpc_addr", grpc_port), ("http_addr", http_port)):
+        config, count = re.subn(rf'^{key} = "0\.0\.0\.0:\d+"', f'{key} = "127.0.0.1:{port}"', config, flags=re.M)
+        assert count == 1, f"the example no longer sets {key} to 0.0.0.0"
     path = tmp_path / "cronoq.toml"
     path.write_text(config)
     path.chmod(0o644)
