@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test run bench bench-history lint typecheck venv clean
+.PHONY: test run bench bench-history lint typecheck venv clean image deploy-check
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +22,20 @@ typecheck: $(STAMP)
 
 test: lint typecheck
 	bash scripts/ensure_postgres.sh
+	bash scripts/ensure_docker.sh
+	PYTHON=$(PY) bash scripts/ensure_helm.sh >/dev/null
+	bash scripts/ensure_promtool.sh >/dev/null
 	$(PY) -m pytest -q
+
+# The container image cronoq:dev, built offline on a local Debian base (scripts/build_image.sh).
+image: $(STAMP)
+	PYTHON=$(PY) bash scripts/build_image.sh
+
+# Only the deployment tests: the image, both Helm charts, the operator, alert rules, dashboard,
+# KEDA and systemd files (tests/deploy; `make test` runs them too).
+deploy-check: $(STAMP)
+	bash scripts/ensure_docker.sh
+	$(PY) -m pytest -q tests/deploy
 
 # A 2-shard x 2-replica cluster on SQLite in a temporary folder, with workers and a burst of
 # forwarded tasks; serves until Ctrl-C (the embedded tour: $(PY) -m cronoq.demo_embedded).

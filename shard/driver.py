@@ -84,6 +84,18 @@ class Role(enum.Enum):
     STOPPED = "stopped"
 
 
+@dataclass(slots=True)
+class StoreTrouble:
+    """Store failures seen by the drivers of one process. A server process outlives its
+    leaderships (it stands by again after losing one), so these counts are kept outside any one
+    driver and exported with the metrics whenever the process leads."""
+
+    commit_errors: int = 0
+    """Commit attempts the store refused as unavailable (every retry counts)."""
+    fenced_commits: int = 0
+    """Commits refused because another leader had taken over (each ends a leadership)."""
+
+
 @dataclass(frozen=True)
 class DriverOptions:
     max_store_outage: float = 300.0
@@ -94,6 +106,8 @@ class DriverOptions:
     # While leading, the cyclic garbage collector's youngest generation holds this many objects
     # before a collection (None: leave the interpreter's setting alone). See ``_GcTuning``.
     gc_young_threshold: int | None = 20_000
+    # Where commit failures are counted (None: not counted).
+    trouble: StoreTrouble | None = None
 
 
 class _GcTuning:
@@ -488,8 +502,12 @@ class Driver:
                     log.warning("store reachable again after %.1fs", time.monotonic() - started)
                 return
             except Fenced as fenced:
+                if options.trouble is not None:
+                    options.trouble.fenced_commits += 1
                 raise _Fatal(f"fenced: {fenced}") from fenced
             except Unavailable as unavailable:
+                if options.trouble is not None:
+                    options.trouble.commit_errors += 1
                 elapsed = time.monotonic() - started
                 if elapsed >= options.max_store_outage:
                     raise _Fatal(f"store unavailable for {elapsed:.0f}s: {unavailable}", unavailable=True) from None

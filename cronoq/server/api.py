@@ -21,6 +21,7 @@ from cronoq.engine import Core, Snapshot, TaskInfo, TaskRef, TaskSpec, TaskStatu
 from cronoq.engine.recurring import RUN_KEY_SUFFIX_LEN, is_run_key
 from cronoq.proto import console_pb2 as cpb
 from cronoq.proto import cronoq_pb2 as pb
+from cronoq.shard.driver import StoreTrouble
 from cronoq.shard.service import ShardService, Subscription
 
 from . import convert
@@ -72,6 +73,8 @@ class Api:
         self._all_pools = frozenset(pool.name for pool in config.pools)
         self.default_pool = default_pool_name(config)
         self._shard_number = config.shard_number()
+        # Commit failures of every leadership of this process (the drivers count into it).
+        self.store_trouble = StoreTrouble()
 
     # ------------------------------------------------------------------------------- helpers
 
@@ -351,11 +354,17 @@ class Api:
     @_api_errors
     async def metrics_text(self, principal: Principal) -> tuple[bytes, str]:
         """Prometheus exposition of the snapshot: ``(body, content type)`` (metrics role)."""
-        from .metrics import CONTENT_TYPE, render
+        from .metrics import CONTENT_TYPE, ProcessFigures, render
 
         principal.require(Role.METRICS)
         snap, workers = await self._snapshot_parts(principal)
-        return render(snap, workers, self.current().desired), CONTENT_TYPE
+        service = self.current()
+        process = None
+        if not principal.scoped:  # shard-wide facts: not for a caller that sees only some pools
+            trouble = self.store_trouble
+            process = ProcessFigures(leader_epoch=service.driver.epoch, store_commit_errors=trouble.commit_errors,
+                                     store_fenced_commits=trouble.fenced_commits)  # fmt: skip
+        return render(snap, workers, service.desired, process), CONTENT_TYPE
 
     @_api_errors
     async def add_recurring(self, principal: Principal, request: pb.RecurringRequest) -> pb.Empty:

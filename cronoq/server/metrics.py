@@ -8,6 +8,7 @@ kept between scrapes and the numbers are exactly those of the snapshot.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -15,7 +16,7 @@ from prometheus_client.registry import Collector
 
 from cronoq.engine import Snapshot
 
-__all__ = ["CONTENT_TYPE", "TERMINAL_TOTALS", "render"]
+__all__ = ["CONTENT_TYPE", "TERMINAL_TOTALS", "ProcessFigures", "render"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -61,11 +62,22 @@ _POOL_GAUGES = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class ProcessFigures:
+    """What the serving process knows beside the snapshot: its leadership and its store."""
+
+    leader_epoch: int | None = None
+    store_commit_errors: int = 0
+    store_fenced_commits: int = 0
+
+
 class _SnapshotCollector(Collector):
-    def __init__(self, snap: Snapshot, workers: Mapping[str, int], desired: Mapping[str, int]) -> None:
+    def __init__(self, snap: Snapshot, workers: Mapping[str, int], desired: Mapping[str, int],
+                 process: ProcessFigures) -> None:  # fmt: skip
         self._snap = snap
         self._workers = workers
         self._desired = desired
+        self._process = process
 
     def collect(self) -> Iterator[Metric]:
         snap = self._snap
@@ -85,6 +97,18 @@ class _SnapshotCollector(Collector):
         yield GaugeMetricFamily("cronoq_live_tasks", "Tasks not yet finished.", value=float(snap.live_tasks))
         yield GaugeMetricFamily("cronoq_running", "Attempts running now.", value=float(snap.running))
         yield GaugeMetricFamily("cronoq_pending", "Tasks waiting to run.", value=float(snap.pending))
+        process = self._process
+        if process.leader_epoch is not None:
+            # Only the serving leader answers /metrics, so the series is there exactly while a
+            # process leads; a new value means another leadership began.
+            yield GaugeMetricFamily("cronoq_leader_epoch", "Epoch of this server's leadership of its shard.",
+                                    value=float(process.leader_epoch))  # fmt: skip
+        yield CounterMetricFamily("cronoq_store_commit_errors",
+                                  "Commit attempts the store refused as unavailable (retried), in this process.",
+                                  value=float(process.store_commit_errors))  # fmt: skip
+        yield CounterMetricFamily("cronoq_store_fenced_commits",
+                                  "Commits refused because another leader had taken over, in this process.",
+                                  value=float(process.store_fenced_commits))  # fmt: skip
 
         desired = GaugeMetricFamily("cronoq_pool_desired_workers",
                                     "Slots the autoscaler wants for the pool (feed this to KEDA or an HPA).",
@@ -125,14 +149,16 @@ class _SnapshotCollector(Collector):
         yield group_busy
 
 
-def render(snap: Snapshot, workers: Mapping[str, int], desired: Mapping[str, int] | None = None) -> bytes:
+def render(snap: Snapshot, workers: Mapping[str, int], desired: Mapping[str, int] | None = None,
+           process: ProcessFigures | None = None) -> bytes:  # fmt: skip
     """Prometheus text (exposition format 0.0.4) of ``snap``.
 
     ``workers`` counts connected workers per pool, ``desired`` is the autoscaler's latest target
     per pool (the snapshot's own value is used for pools missing there). For a pool-scoped caller
     ``snap`` and ``workers`` already cover its pools only, totals included (``Api`` narrows them),
-    so every series, per pool or not, is about what it may see.
+    so every series, per pool or not, is about what it may see. ``process`` adds the leadership
+    epoch and the store's commit failures (shard-wide: ``Api`` gives them to unscoped callers only).
     """
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_SnapshotCollector(snap, workers, desired or {}))
+    registry.register(_SnapshotCollector(snap, workers, desired or {}, process or ProcessFigures()))
     return generate_latest(registry)

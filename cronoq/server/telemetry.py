@@ -30,15 +30,17 @@ Traces
 
 Metrics (read from the leader's shard snapshot when the exporter collects; a standby reports
 none). They are the Prometheus series of ``cronoq.server.metrics`` under OTel names: the
-``cronoq_`` prefix becomes ``cronoq.``, ``pool_``/``group_`` become ``pool.``/``group.``, the
+``cronoq_`` prefix becomes ``cronoq.``, ``pool_``/``group_``/``store_`` become
+``pool.``/``group.``/``store.``, the
 Prometheus ``_total`` and ``_seconds`` suffixes are dropped (seconds become the unit ``s``):
 
 - counters: ``cronoq.tasks`` {status}, ``cronoq.tasks_submitted``, ``cronoq.tasks_dispatched``,
   ``cronoq.retries``, ``cronoq.timeouts``, ``cronoq.lease_expiries``, ``cronoq.stale_completions``,
   ``cronoq.recurring_conflicts``, ``cronoq.recurring_invalid``, ``cronoq.pool.cost`` {pool},
   ``cronoq.pool.worker_seconds`` {pool};
+- counters of the process: ``cronoq.store.commit_errors``, ``cronoq.store.fenced_commits``;
 - gauges: ``cronoq.workers_connected``, ``cronoq.live_tasks``, ``cronoq.running``,
-  ``cronoq.pending``, ``cronoq.pool.desired_workers``, ``cronoq.pool.workers``,
+  ``cronoq.pending``, ``cronoq.leader_epoch``, ``cronoq.pool.desired_workers``, ``cronoq.pool.workers``,
   ``cronoq.pool.pending_by_class`` {pool, class}, ``cronoq.pool.<figure>`` {pool} for every
   per-pool figure (capacity, busy, held, pending, ready, reservations, window_*,
   priority_adherence, fixed_start_hit_rate, utilization, schedule_efficiency, wait_mean,
@@ -569,6 +571,9 @@ class _Reading:
     snapshot: Snapshot
     workers: dict[str, int]
     desired: dict[str, int]
+    epoch: int | None = None
+    commit_errors: int = 0
+    fenced_commits: int = 0
 
 
 class _SnapshotMetrics:
@@ -598,6 +603,12 @@ class _SnapshotMetrics:
               description="Attempts running now.")  # fmt: skip
         gauge("cronoq.pending", [self._single(lambda r: r.snapshot.pending)], unit="{task}",
               description="Tasks waiting to run.")  # fmt: skip
+        gauge("cronoq.leader_epoch", [self._single(lambda r: r.epoch or 0)],
+              description="Epoch of this server's leadership of its shard.")  # fmt: skip
+        counter("cronoq.store.commit_errors", [self._single(lambda r: r.commit_errors)],
+                description="Commit attempts the store refused as unavailable (retried), in this process.")  # fmt: skip
+        counter("cronoq.store.fenced_commits", [self._single(lambda r: r.fenced_commits)],
+                description="Commits refused because another leader had taken over, in this process.")  # fmt: skip
         gauge("cronoq.pool.desired_workers", [self._per_pool(lambda r, p: r.desired.get(p.name, p.desired))],
               unit="{slot}", description="Slots the autoscaler wants for the pool.")  # fmt: skip
         gauge("cronoq.pool.workers", [self._per_pool(lambda r, p: r.workers.get(p.name, 0))], unit="{worker}",
@@ -627,7 +638,9 @@ class _SnapshotMetrics:
         workers: dict[str, int] = {}
         for session in service.workers_in(None):
             workers[session.pool] = workers.get(session.pool, 0) + 1
-        return _Reading(snapshot, workers, dict(service.desired))
+        trouble = api.store_trouble
+        return _Reading(snapshot, workers, dict(service.desired), service.driver.epoch, trouble.commit_errors,
+                        trouble.fenced_commits)  # fmt: skip
 
     def _fetch(self, options: CallbackOptions) -> _Reading | None:
         loop = self.loop
