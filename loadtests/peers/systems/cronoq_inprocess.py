@@ -1,0 +1,81 @@
+"""cronoq embedded: ``cronoq.Scheduler`` with a ``PostgresStore`` in the driver's own process.
+
+The same path as ``loadtests/store_bench.py``: one pool of ``workers * concurrency`` slots (256
+by default, the remote row's total) with an async executor, tasks submitted with
+``Scheduler.submit_batch``. Submitter, engine and executors share one process, so its CPU is all
+reported as the ``client`` part. For the backlog the pool's capacity is 0 until the driver starts
+consuming.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from peers.probe import Probe
+from peers.systems.base import Case, Database, System
+
+POOL = "default"
+
+
+class CronoqInProcess(System):
+    name = "cronoq-inprocess"
+    backend = "postgres"
+    in_process = True
+    libraries = ("asyncpg",)
+
+    def __init__(self, case: Case) -> None:
+        super().__init__(case)
+        self.database = Database(case, "cronoqip")
+        self.probe = Probe(report=False)
+        self.scheduler: Any = None
+        self.slots = case.workers * case.concurrency
+
+    async def open(self) -> None:
+        import cronoq
+        from cronoq.stores.postgres import PostgresStore
+
+        await self.database.create()
+        durability = await self.database.settings()
+        self.durability = f"Postgres commit per batch, fsync={durability['fsync']}, " \
+                          f"synchronous_commit={durability['synchronous_commit']}"  # fmt: skip
+        self.parts.postmaster, self.parts.database = self.database.postmaster, self.database.name
+        probe, sleeps = self.probe, self.case.handler == "sleep10"
+
+        async def execute(ctx: cronoq.TaskContext, stamp: float) -> None:
+            probe.started(stamp)
+            if sleeps:
+                await asyncio.sleep(0.01)
+            probe.finished()
+
+        store = PostgresStore(self.database.dsn, schema="cronoq_bench")
+        pool = cronoq.Pool(POOL, execute, max=self.slots, autoscale=False)
+        self.scheduler = cronoq.Scheduler([pool], store=store)
+        await self.scheduler.start()
+        await self.scheduler.set_capacity(POOL, 0)
+        self.settings = {
+            "scheduler": f"cronoq.Scheduler, PostgresStore, one pool of {self.slots} slots",
+            "submit": "Scheduler.submit_batch, chunks of 1000, 4 concurrent submitters",
+        }
+
+    async def start_consuming(self) -> None:
+        await self.scheduler.set_capacity(POOL, self.slots)
+
+    async def submit(self, stamps: list[float]) -> None:
+        import cronoq
+
+        await self.scheduler.submit_batch([cronoq.Task(stamp) for stamp in stamps])
+
+    def completed(self) -> int:
+        return self.probe.done
+
+    def span(self) -> tuple[float, float]:
+        return self.probe.first, self.probe.last
+
+    def take_latencies_ms(self) -> list[float]:
+        return self.probe.take_latencies_ms()
+
+    async def close(self) -> None:
+        if self.scheduler is not None:
+            await self.scheduler.shutdown(grace=0)
+        await self.database.drop()
