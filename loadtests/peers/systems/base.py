@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -121,10 +122,8 @@ def child_env() -> dict[str, str]:
 def stop_group(proc: subprocess.Popen[Any], timeout: float = 15.0) -> None:
     """SIGTERM a process started in its own session, then SIGKILL its whole group if it lingers."""
     if proc.poll() is None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
         try:
             proc.wait(timeout)
             return

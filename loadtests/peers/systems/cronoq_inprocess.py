@@ -32,8 +32,9 @@ class CronoqInProcess(System):
         self.slots = case.workers * case.concurrency
 
     async def open(self) -> None:
-        import cronoq
         from cronoq.stores.postgres import PostgresStore
+
+        import cronoq
 
         await self.database.create()
         durability = await self.database.settings()

@@ -56,7 +56,8 @@ class PgQueuer(System):
         self.connections = [await self.pool.acquire() for _ in range(4)]
         self.queries = [Queries(AsyncpgDriver(conn)) for conn in self.connections]
         self.settings = {
-            "worker": f"QueueManager.run(batch_size={BATCH_SIZE}) as pgq run does, asyncpg, entrypoint without concurrency limit",
+            "worker": f"QueueManager.run(batch_size={BATCH_SIZE}) as pgq run does, asyncpg, "
+            "entrypoint without concurrency limit",
             "schema": f"durability={DURABILITY}",
             "submit": "Queries.enqueue with lists, chunks of 1000, 4 concurrent submitters (one connection each)",
         }

@@ -56,7 +56,8 @@ class Procrastinate(System):
     async def open(self) -> None:
         await self.database.create()
         durability = await self.database.settings()
-        self.durability = f"Postgres, fsync={durability['fsync']}, synchronous_commit={durability['synchronous_commit']}"
+        self.durability = f"Postgres, fsync={durability['fsync']}, " \
+                          f"synchronous_commit={durability['synchronous_commit']}"  # fmt: skip
         self.parts.postmaster, self.parts.database = self.database.postmaster, self.database.name
         self.app = make_app(self.database.dsn, 4, "noop")
         await self.app.open_async()
