@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -54,17 +55,32 @@ def run_case(args: argparse.Namespace, system: str, workload: str, rate: float |
     if rate is not None:
         command += ["--rate", str(rate)]
     started = time.monotonic()
+    driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
     try:
-        out = subprocess.run(command, capture_output=True, text=True, env=child_env(),
-                             timeout=args.timeout * 2 + 300)  # fmt: skip
+        stdout, stderr = driver.communicate(timeout=args.timeout * 2 + 300)
     except subprocess.TimeoutExpired:
-        return {"system": system, "error": "the driver did not finish"}
+        stdout, stderr = stop_driver(driver)
+        return {"system": system, "error": f"the driver did not finish: {stderr[-1500:]}"}
+    except BaseException:  # Ctrl-C or SIGTERM: the driver still cleans up (workers, server, database)
+        stop_driver(driver)
+        raise
+    out = subprocess.CompletedProcess(command, driver.returncode, stdout, stderr)
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
     if out.returncode != 0 or not lines:
         return {"system": system, "error": f"driver exited {out.returncode}: {out.stderr[-2000:]}"}
     result: dict[str, Any] = json.loads(lines[-1])
     result["case_s"] = round(time.monotonic() - started, 1)
     return result
+
+
+def stop_driver(driver: subprocess.Popen[str]) -> tuple[str, str]:
+    """SIGTERM a driver (it stops its workers and drops its database), SIGKILL if it hangs."""
+    driver.terminate()
+    try:
+        return driver.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        driver.kill()
+        return driver.communicate()
 
 
 def sustained_rate(results: dict[tuple[str, str], dict[str, Any]], system: str, share: float) -> float | None:
@@ -171,12 +187,13 @@ def main() -> int:
     parser.add_argument(
         "--timeout",
         type=float,
-        default=600.0,
-        help="seconds a case may take to complete; past it the case reports what completed",
+        default=180.0,
+        help="seconds a case may spend queueing a backlog, and completing; past it the case reports what it did",
     )
     parser.add_argument("--jsonl", help="also write the JSON lines to this file")
     parser.add_argument("--markdown", help="also write the table to this file")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops the run like Ctrl-C
     systems = [s for s in args.systems.split(",") if s]
     workloads = [w for w in args.workloads.split(",") if w]
     for name in systems:

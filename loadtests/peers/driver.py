@@ -307,7 +307,7 @@ def main() -> None:
     parser.add_argument("--redis-url", default=os.environ.get("CRONOQ_BENCH_REDIS", "redis://127.0.0.1:6379/0"))
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix=f"peers-{args.system}-") as tmp:
-        coro = run(args, Path(tmp))
+        coro = interruptible(run(args, Path(tmp)))
         try:
             import uvloop
         except ImportError:
@@ -315,6 +315,19 @@ def main() -> None:
         else:
             result = uvloop.run(coro)
     print(json.dumps(result), flush=True)
+
+
+async def interruptible(coro: Any) -> dict[str, Any]:
+    """Run ``coro``; SIGTERM or SIGINT cancels it, so that its clean-up (workers, server,
+    database) still runs."""
+    task = asyncio.ensure_future(coro)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, task.cancel)
+    try:
+        return await task
+    except asyncio.CancelledError:
+        return {"system": sys.argv[1] if len(sys.argv) > 1 else "?", "error": "interrupted"}
 
 
 if __name__ == "__main__":

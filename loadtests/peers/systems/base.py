@@ -144,12 +144,17 @@ def database_dsn(base: str, database: str) -> str:
 
 
 class Database:
-    """A Postgres database of the case's own, created on ``create`` and dropped on ``drop``."""
+    """A Postgres database of its own (on the instance of ``base_dsn``), created on ``create`` and
+    dropped on ``drop``."""
 
-    def __init__(self, case: Case, system: str) -> None:
-        self.base_dsn = case.dsn
-        self.name = f"peers_{system}_{case.run_id}"
-        self.dsn = database_dsn(case.dsn, self.name)
+    @classmethod
+    def for_case(cls, case: Case, system: str) -> Database:
+        return cls(case.dsn, f"peers_{system}_{case.run_id}")
+
+    def __init__(self, base_dsn: str, name: str) -> None:
+        self.base_dsn = base_dsn
+        self.name = name
+        self.dsn = database_dsn(base_dsn, name)
         self.postmaster: int | None = None
 
     async def create(self) -> None:
