@@ -117,11 +117,9 @@ class Usage:
     def _sample(self) -> dict[str, Any]:
         parents = _parents()
         own = resource.getrusage(resource.RUSAGE_SELF)
-        sample: dict[str, Any] = {
-            "client": own.ru_utime + own.ru_stime,
-            "workers": {pid: process_cpu_s(pid) for pid in descendants(self.parts.workers, parents)},
-            "machine": machine_ticks(),
-        }
+        sample: dict[str, Any] = {"client": own.ru_utime + own.ru_stime, "machine": machine_ticks()}
+        if self.parts.workers:
+            sample["workers"] = {pid: process_cpu_s(pid) for pid in descendants(self.parts.workers, parents)}
         if self.parts.server is not None:
             sample["server"] = {pid: process_cpu_s(pid) for pid in descendants([self.parts.server], parents)}
         if self.parts.postmaster is not None:
