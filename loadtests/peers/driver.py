@@ -28,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -317,7 +317,7 @@ def main() -> None:
     print(json.dumps(result), flush=True)
 
 
-async def interruptible(coro: Any) -> dict[str, Any]:
+async def interruptible(coro: Coroutine[Any, Any, dict[str, Any]]) -> dict[str, Any]:
     """Run ``coro``; SIGTERM or SIGINT cancels it, so that its clean-up (workers, server,
     database) still runs."""
     task = asyncio.ensure_future(coro)
