@@ -15,6 +15,7 @@ system the same (an integer increment and a clock read per task) and needs no re
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -25,6 +26,9 @@ from collections import deque
 FLUSH_S = 0.02
 MAX_SAMPLES_PER_LINE = 200  # ~9 bytes each: a line stays far below PIPE_BUF (4096)
 PREFIX = '{"probe"'
+# What each workload's task does besides reporting: await (or, where tasks are not coroutines,
+# sleep) this many seconds.
+TASK_SECONDS = {"noop": 0.0, "sleep10": 0.01}
 
 
 class Probe:
@@ -66,6 +70,20 @@ class Probe:
         taken = [round(x * 1000, 3) for x in self._latencies]
         self._latencies.clear()
         return taken
+
+    async def run(self, stamp: float, seconds: float) -> None:
+        """The benchmark task: started, ``await asyncio.sleep(seconds)`` unless 0, finished."""
+        self.started(stamp)
+        if seconds:
+            await asyncio.sleep(seconds)
+        self.finished()
+
+    def run_blocking(self, stamp: float, seconds: float) -> None:
+        """The benchmark task for a system whose tasks are plain functions."""
+        self.started(stamp)
+        if seconds:
+            time.sleep(seconds)
+        self.finished()
 
     def _report_forever(self) -> None:
         while True:

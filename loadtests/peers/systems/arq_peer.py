@@ -9,26 +9,18 @@ enqueue: the producer runs ``IN_FLIGHT`` ``enqueue_job`` calls at once over one 
 
 from __future__ import annotations
 
-import asyncio
 import os
 from typing import Any
 
-from peers.probe import PROBE
+from peers.probe import PROBE, TASK_SECONDS
 from peers.systems.base import Case, System, bounded_gather, python_command, redis_delete_matching, redis_persistence
 
 POLL_DELAY_S = 0.01
 IN_FLIGHT = 64
 
 
-async def noop(ctx: dict[str, Any], stamp: float) -> None:
-    PROBE.started(stamp)
-    PROBE.finished()
-
-
-async def sleep10(ctx: dict[str, Any], stamp: float) -> None:
-    PROBE.started(stamp)
-    await asyncio.sleep(0.01)
-    PROBE.finished()
+async def bench(ctx: dict[str, Any], stamp: float) -> None:
+    await PROBE.run(stamp, TASK_SECONDS[os.environ["PEERS_HANDLER"]])
 
 
 class Arq(System):
@@ -66,13 +58,9 @@ class Arq(System):
         base, self.sent = self.sent, self.sent + len(stamps)
         # Job ids carry the run id so that close() can find what a timed-out case left behind.
         run = self.case.run_id
-        calls = [self.pool.enqueue_job(self.handler_name, stamp, _job_id=f"{run}-{base + n}")
+        calls = [self.pool.enqueue_job("bench", stamp, _job_id=f"{run}-{base + n}")
                  for n, stamp in enumerate(stamps)]  # fmt: skip
         await bounded_gather(calls, IN_FLIGHT)
-
-    @property
-    def handler_name(self) -> str:
-        return self.case.handler
 
     async def close(self) -> None:
         if self.pool is not None:
@@ -92,7 +80,7 @@ def main() -> None:
 
     logging.basicConfig(level=logging.WARNING)
     worker = Worker(
-        functions=[sleep10 if os.environ["PEERS_HANDLER"] == "sleep10" else noop],
+        functions=[bench],
         queue_name=os.environ["PEERS_QUEUE"],
         redis_settings=RedisSettings.from_dsn(os.environ["PEERS_REDIS_URL"]),
         max_jobs=int(os.environ["PEERS_CONCURRENCY"]),

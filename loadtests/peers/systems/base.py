@@ -177,13 +177,15 @@ class Database:
         finally:
             await conn.close()
 
-    async def settings(self) -> dict[str, str]:
-        """The durability settings in force for this database."""
+    async def durability(self) -> str:
+        """The durability settings in force for this database, as ``fsync=..., synchronous_commit=...``."""
         import asyncpg
 
         conn = await asyncpg.connect(self.dsn)
         try:
-            return {name: await conn.fetchval(f"SHOW {name}") for name in ("fsync", "synchronous_commit")}
+            return ", ".join(
+                [f"{name}={await conn.fetchval(f'SHOW {name}')}" for name in ("fsync", "synchronous_commit")]
+            )
         finally:
             await conn.close()
 

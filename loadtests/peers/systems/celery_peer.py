@@ -17,10 +17,9 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-import time
 from typing import Any
 
-from peers.probe import PROBE
+from peers.probe import PROBE, TASK_SECONDS
 from peers.systems.base import Case, System, redis_delete_matching, redis_persistence
 
 PREFETCH_MULTIPLIER = 16  # messages each worker process reserves per execution slot (README)
@@ -39,20 +38,11 @@ def make_app(broker: str, queue: str, handler: str) -> Any:
         worker_hijack_root_logger=False,
     )
 
-    if handler == "sleep10":
+    seconds = TASK_SECONDS[handler]
 
-        @app.task(name="bench")
-        def sleep10(stamp: float) -> None:
-            PROBE.started(stamp)
-            time.sleep(0.01)
-            PROBE.finished()
-
-    else:
-
-        @app.task(name="bench")
-        def noop(stamp: float) -> None:
-            PROBE.started(stamp)
-            PROBE.finished()
+    @app.task(name="bench")
+    def bench(stamp: float) -> None:
+        PROBE.run_blocking(stamp, seconds)
 
     return app
 

@@ -9,10 +9,9 @@ consuming.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
-from peers.probe import Probe
+from peers.probe import TASK_SECONDS, Probe
 from peers.systems.base import Case, Database, System
 
 POOL = "default"
@@ -37,17 +36,12 @@ class CronoqInProcess(System):
         import cronoq
 
         await self.database.create()
-        durability = await self.database.settings()
-        self.durability = f"Postgres commit per batch, fsync={durability['fsync']}, " \
-                          f"synchronous_commit={durability['synchronous_commit']}"  # fmt: skip
+        self.durability = f"Postgres commit per batch, {await self.database.durability()}"
         self.parts.postmaster, self.parts.database = self.database.postmaster, self.database.name
-        probe, sleeps = self.probe, self.case.handler == "sleep10"
+        probe, seconds = self.probe, TASK_SECONDS[self.case.handler]
 
         async def execute(ctx: cronoq.TaskContext, stamp: float) -> None:
-            probe.started(stamp)
-            if sleeps:
-                await asyncio.sleep(0.01)
-            probe.finished()
+            await probe.run(stamp, seconds)
 
         store = PostgresStore(self.database.dsn, schema="cronoq_bench")
         pool = cronoq.Pool(POOL, execute, max=self.slots, autoscale=False)

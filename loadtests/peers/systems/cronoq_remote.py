@@ -14,7 +14,7 @@ import signal
 import sys
 from typing import Any
 
-from peers.probe import PROBE
+from peers.probe import PROBE, TASK_SECONDS
 from peers.systems.base import Case, Database, System, python_command
 
 POOL = "default"  # server_bench's pool
@@ -37,9 +37,7 @@ class CronoqRemote(System):
         from cronoq.client import Client
 
         await self.database.create()
-        durability = await self.database.settings()
-        self.durability = f"Postgres commit per batch, fsync={durability['fsync']}, " \
-                          f"synchronous_commit={durability['synchronous_commit']}"  # fmt: skip
+        self.durability = f"Postgres commit per batch, {await self.database.durability()}"
         store = f'[store]\nkind = "postgres"\nurl = {json.dumps(self.database.dsn)}\nschema = "cronoq_bench"'
         self.server = Server(self.case.workdir, store, pending=max(2 * self.case.tasks, 100_000)).start()
         self.parts.server = self.server.proc.pid
@@ -76,26 +74,15 @@ class CronoqRemote(System):
 # Worker process
 
 
-def _stamp(payload: bytes) -> float:
-    return float(payload) if payload else 0.0
-
-
-async def noop(lease: Any) -> None:
-    PROBE.started(_stamp(lease.payload))
-    PROBE.finished()
-
-
-async def sleep10(lease: Any) -> None:
-    PROBE.started(_stamp(lease.payload))
-    await asyncio.sleep(0.01)
-    PROBE.finished()
-
-
 async def serve(target: str, handler: str, slots: int, name: str) -> None:
-    from cronoq.client import Worker
+    from cronoq.client import Lease, Worker
 
-    worker = Worker(target, POOL, sleep10 if handler == "sleep10" else noop, slots=slots, name=name,
-                    reconnect=False, grace=0.0)  # fmt: skip
+    seconds = TASK_SECONDS[handler]
+
+    async def bench(lease: Lease) -> None:
+        await PROBE.run(float(lease.payload) if lease.payload else 0.0, seconds)
+
+    worker = Worker(target, POOL, bench, slots=slots, name=name, reconnect=False, grace=0.0)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, lambda: loop.create_task(worker.stop(grace=0.0)))

@@ -19,7 +19,7 @@ import os
 import sys
 from typing import Any
 
-from peers.probe import PROBE
+from peers.probe import PROBE, TASK_SECONDS
 from peers.systems.base import Case, System, redis_delete_matching, redis_persistence
 
 QUEUE = "bench"
@@ -35,20 +35,11 @@ def make_broker(url: str, namespace: str, handler: str) -> Any:
     broker.add_middleware(AsyncIO())
     dramatiq.set_broker(broker)
 
-    if handler == "sleep10":
+    seconds = TASK_SECONDS[handler]
 
-        @dramatiq.actor(actor_name="bench", queue_name=QUEUE, max_retries=0)
-        async def sleep10(stamp: float) -> None:
-            PROBE.started(stamp)
-            await asyncio.sleep(0.01)
-            PROBE.finished()
-
-    else:
-
-        @dramatiq.actor(actor_name="bench", queue_name=QUEUE, max_retries=0)
-        async def noop(stamp: float) -> None:
-            PROBE.started(stamp)
-            PROBE.finished()
+    @dramatiq.actor(actor_name="bench", queue_name=QUEUE, max_retries=0)
+    async def bench(stamp: float) -> None:
+        await PROBE.run(stamp, seconds)
 
     return broker
 

@@ -3,18 +3,20 @@
 Configuration (see loadtests/peers/README.md for why): schema installed with durability
 ``balanced`` (the job table is logged, only the log and statistics tables are unlogged), each
 worker runs ``QueueManager.run(batch_size=BATCH_SIZE)`` as ``pgq run`` would, with an asyncpg
-connection, one entrypoint with no concurrency limit; jobs arrive by LISTEN/NOTIFY.
+connection, one entrypoint; jobs arrive by LISTEN/NOTIFY. No-op jobs run without a concurrency
+limit; 10 ms jobs are capped at ``concurrency`` per worker (``max_concurrent_tasks``, which
+pgqueuer requires to be at least twice the batch size, so the batch is half of it), as every
+other system's are: otherwise pgqueuer alone would sleep through hundreds of jobs at once.
 The producer enqueues each chunk with one ``enqueue`` call of lists (one statement), over an
 asyncpg pool of one connection per concurrent submitter.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 from typing import Any
 
-from peers.probe import PROBE
+from peers.probe import PROBE, TASK_SECONDS
 from peers.systems.base import Case, Database, System, python_command
 
 ENTRYPOINT = "bench"
@@ -43,9 +45,7 @@ class PgQueuer(System):
 
         self._env()
         await self.database.create()
-        durability = await self.database.settings()
-        self.durability = f"Postgres, durability={DURABILITY} (job table logged), fsync={durability['fsync']}, " \
-                          f"synchronous_commit={durability['synchronous_commit']}"  # fmt: skip
+        self.durability = f"Postgres, durability={DURABILITY} (job table logged), {await self.database.durability()}"
         self.parts.postmaster, self.parts.database = self.database.postmaster, self.database.name
         self.pool = await asyncpg.create_pool(self.database.dsn, min_size=4, max_size=4)
         install = await asyncpg.connect(self.database.dsn)
@@ -56,8 +56,7 @@ class PgQueuer(System):
         self.connections = [await self.pool.acquire() for _ in range(4)]
         self.queries = [Queries(AsyncpgDriver(conn)) for conn in self.connections]
         self.settings = {
-            "worker": f"QueueManager.run(batch_size={BATCH_SIZE}) as pgq run does, asyncpg, "
-            "entrypoint without concurrency limit",
+            "worker": f"QueueManager.run({self._run_options()}) as pgq run does, asyncpg",
             "schema": f"durability={DURABILITY}",
             "submit": "Queries.enqueue with lists, chunks of 1000, 4 concurrent submitters (one connection each)",
         }
@@ -65,9 +64,12 @@ class PgQueuer(System):
     def worker_commands(self) -> list[list[str]]:
         return [python_command("pgqueuer_peer") for _ in range(self.case.workers)]
 
+    def _run_options(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in run_options(self.case.handler, self.case.concurrency).items())
+
     def worker_env(self) -> dict[str, str]:
         return {"PEERS_PGQ_DSN": self.database.dsn, "PEERS_HANDLER": self.case.handler,
-                "PGQUEUER_DURABILITY": DURABILITY}  # fmt: skip
+                "PGQUEUER_DURABILITY": DURABILITY, "PEERS_CONCURRENCY": str(self.case.concurrency)}  # fmt: skip
 
     async def submit(self, stamps: list[float]) -> None:
         queries = self.queries.pop()  # one connection per concurrent submitter
@@ -99,27 +101,24 @@ async def factory() -> Any:
     connection = await asyncpg.connect(os.environ["PEERS_PGQ_DSN"])
     app = PgQueuerApp(AsyncpgDriver(connection))
 
-    if os.environ.get("PEERS_HANDLER") == "sleep10":
+    seconds = TASK_SECONDS[os.environ["PEERS_HANDLER"]]
 
-        @app.entrypoint(ENTRYPOINT)
-        async def sleep10(job: Job) -> None:
-            PROBE.started(float(job.payload) if job.payload else 0.0)
-            await asyncio.sleep(0.01)
-            PROBE.finished()
-
-    else:
-
-        @app.entrypoint(ENTRYPOINT)
-        async def noop(job: Job) -> None:
-            PROBE.started(float(job.payload) if job.payload else 0.0)
-            PROBE.finished()
+    @app.entrypoint(ENTRYPOINT)
+    async def bench(job: Job) -> None:
+        await PROBE.run(float(job.payload) if job.payload else 0.0, seconds)
 
     return app
 
 
+def run_options(handler: str, concurrency: int) -> dict[str, int]:
+    if handler == "noop":
+        return {"batch_size": BATCH_SIZE}
+    return {"batch_size": max(1, concurrency // 2), "max_concurrent_tasks": max(2, concurrency)}
+
+
 async def serve() -> None:
     app = await factory()
-    await app.qm.run(batch_size=BATCH_SIZE)
+    await app.qm.run(**run_options(os.environ["PEERS_HANDLER"], int(os.environ["PEERS_CONCURRENCY"])))
 
 
 def main() -> None:

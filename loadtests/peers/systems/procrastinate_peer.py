@@ -8,11 +8,10 @@ producer sends each chunk with one ``batch_defer_async`` call.
 
 from __future__ import annotations
 
-import asyncio
 import os
 from typing import Any
 
-from peers.probe import PROBE
+from peers.probe import PROBE, TASK_SECONDS
 from peers.systems.base import Case, Database, System, python_command
 
 QUEUE = "bench"
@@ -25,20 +24,11 @@ def make_app(dsn: str, pool_size: int, handler: str) -> Any:
 
     app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=dsn, min_size=1, max_size=pool_size))
 
-    if handler == "sleep10":
+    seconds = TASK_SECONDS[handler]
 
-        @app.task(name=TASK, queue=QUEUE)
-        async def sleep10(stamp: float) -> None:
-            PROBE.started(stamp)
-            await asyncio.sleep(0.01)
-            PROBE.finished()
-
-    else:
-
-        @app.task(name=TASK, queue=QUEUE)
-        async def noop(stamp: float) -> None:
-            PROBE.started(stamp)
-            PROBE.finished()
+    @app.task(name=TASK, queue=QUEUE)
+    async def bench(stamp: float) -> None:
+        await PROBE.run(stamp, seconds)
 
     return app
 
@@ -55,9 +45,7 @@ class Procrastinate(System):
 
     async def open(self) -> None:
         await self.database.create()
-        durability = await self.database.settings()
-        self.durability = f"Postgres, fsync={durability['fsync']}, " \
-                          f"synchronous_commit={durability['synchronous_commit']}"  # fmt: skip
+        self.durability = f"Postgres, {await self.database.durability()}"
         self.parts.postmaster, self.parts.database = self.database.postmaster, self.database.name
         self.app = make_app(self.database.dsn, 4, "noop")
         await self.app.open_async()
