@@ -12,8 +12,9 @@ The flow of every workload:
 * ``backlog``: submit ``tasks`` tasks with no worker running (``enqueue_tasks_per_s``), then start
   the workers and time from the first completion to the last (``drain_tasks_per_s``).
 * ``sustained``: start the workers, warm up, then submit ``rate`` tasks per second for
-  ``duration`` seconds (one chunk every ``TICK_S``, stamped with the time it was sent) and report
-  the submit-to-start latency of every task (``latency_p50_ms``, ``latency_p99_ms``).
+  ``duration`` seconds (every ``TICK_S`` one chunk of the tasks due, stamped when it is due and
+  sent by one of ``SUBMITTERS`` concurrent submitters) and report the submit-to-start latency of
+  every task (``latency_p50_ms``, ``latency_p99_ms``).
 """
 
 from __future__ import annotations
@@ -221,17 +222,30 @@ async def sustained(system: System, progress: Progress, usage: Usage, rate: floa
     started = time.monotonic()
     sent = 0
     late_ticks = 0
+    # Up to SUBMITTERS chunks in flight, so that a slow acknowledgement does not hold back the
+    # next tick; a chunk is stamped before it waits for a free submitter, so that wait counts too.
+    gate = asyncio.Semaphore(SUBMITTERS)
+    sending: list[asyncio.Task[None]] = []
+
+    async def send(stamps: list[float]) -> None:
+        try:
+            await system.submit(stamps)
+        finally:
+            gate.release()
+
     while (elapsed := time.monotonic() - started) < duration:
         due = int(rate * elapsed) - sent
         if due > 0:
             stamp = time.time()
-            await system.submit([stamp] * due)
+            await gate.acquire()
+            sending.append(asyncio.ensure_future(send([stamp] * due)))
             sent += due
         pause = TICK_S - (time.monotonic() - started - elapsed)
         if pause > 0:
             await asyncio.sleep(pause)
         else:
             late_ticks += 1
+    await asyncio.gather(*sending)
     submit_s = time.monotonic() - started
     finished = await progress.wait_for(base + sent, timeout)
     cpu = usage.stop()
