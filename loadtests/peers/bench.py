@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -96,8 +97,9 @@ def short_durability(result: dict[str, Any]) -> str:
     text = str(result.get("durability", ""))
     if "persists nothing" in text:
         return "none (Redis: no RDB, no AOF)"
-    if "fsync=on" in text and "synchronous_commit=on" in text:
-        return "durable commit (fsync, synchronous_commit on)" + ("; log tables unlogged" if "balanced" in text else "")
+    settings = re.search(r"fsync=\w+, synchronous_commit=\w+", text)
+    if settings is not None:
+        return f"Postgres commit ({settings.group(0)})" + ("; log tables unlogged" if "balanced" in text else "")
     return text or "?"
 
 
@@ -115,59 +117,103 @@ def ratio(ours: float | None, theirs: float | None, more_is_better: bool) -> str
     return f"{(ours / theirs if more_is_better else theirs / ours):.2f}x"
 
 
-def cell(result: dict[str, Any] | None, workload: str) -> str:
+def failed(result: dict[str, Any] | None) -> str | None:
+    """What to show instead of figures for a case that has none."""
     if result is None:
         return "-"
     if "skipped" in result:
         return "skipped"
     if "error" in result:
         return "error"
-    value = figure(result, workload)
+    return None
+
+
+def cell(result: dict[str, Any] | None, workload: str) -> str:
+    if (text := failed(result)) is not None:
+        return text
+    assert result is not None
     if workload == "sustained":
-        text = f"{result.get('latency_p50_ms')} / {result.get('latency_p99_ms')}"
+        text = f"{result['achieved_submit_tasks_per_s']:,}/s: {result['latency_p50_ms']} / {result['latency_p99_ms']}"
+    elif workload == "backlog":
+        text = f"{result['enqueue_tasks_per_s']:,} / {result['drain_tasks_per_s']:,}"
+        if result.get("enqueue_timed_out"):
+            text += f" ({result['tasks']:,} queued in time)"
     else:
-        text = f"{value:,.0f}" if value is not None else "-"
-    if result.get("enqueue_timed_out"):
-        text += f" (of {result['tasks']:,} queued in time)"
-    return text + (" (timed out)" if result.get("timed_out") else "")
+        text = f"{result['tasks_per_s']:,}"
+    return text + (" (drain timed out)" if result.get("timed_out") else "")
 
 
 def cpu_cell(result: dict[str, Any] | None) -> str:
-    if not result or "error" in result or "skipped" in result:
-        return "-"
+    if (text := failed(result)) is not None:
+        return text
+    assert result is not None
     parts = [f"{part} {result[f'{part}_cpu_us_per_task']:.0f}" for part in CPU_PARTS
              if result.get(f"{part}_cpu_us_per_task")]  # fmt: skip
-    return ", ".join(parts) + f" = {result.get('total_cpu_us_per_task', 0):.0f}"
+    return ", ".join(parts) + f" = **{result.get('total_cpu_us_per_task', 0):.0f}**"
+
+
+def cpu_per_task(result: dict[str, Any] | None) -> float | None:
+    return None if failed(result) is not None or result is None else result.get("total_cpu_us_per_task")
+
+
+def markdown(head: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows]) + "\n"
 
 
 def table(results: dict[tuple[str, str], dict[str, Any]], systems: list[str], workloads: list[str]) -> str:
-    head = ["system", "durability"]
-    for workload in workloads:
-        name = {"noop": "no-op tasks/s", "sleep10": "10 ms tasks/s", "backlog": "backlog drain tasks/s",
-                "sustained": "50 % load latency p50 / p99 ms"}[workload]  # fmt: skip
-        head += [name, "cronoq x"]
-        if workload != "sustained":
-            head += ["in-process x"]
-    head += ["CPU µs/task, no-op (per part = total)"]
-    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    """Three tables: the figures, cronoq's ratios to every row, and the CPU per task by part."""
+    names = {
+        "noop": "no-op tasks/s",
+        "sleep10": "10 ms tasks/s",
+        "backlog": "backlog: queued/s / drained/s",
+        "sustained": "50 % load: submitted/s: p50 / p99 ms",
+    }
+    figures = []
     for system in systems:
         any_result = next((results[(w, system)] for w in workloads if (w, system) in results), {})
-        row = [system, short_durability(any_result)]
-        for workload in workloads:
-            result = results.get((workload, system))
-            more = HEADLINE[workload][1]
-            row.append(cell(result, workload))
-            row.append(ratio(figure(results.get((workload, REMOTE)), workload), figure(result, workload), more))
-            if workload != "sustained":
-                ours = figure(results.get((workload, IN_PROCESS)), workload)
-                row.append(ratio(ours, figure(result, workload), more))
-        row.append(cpu_cell(results.get(("noop", system))))
-        rows.append("| " + " | ".join(row) + " |")
-    legend = (
-        "cronoq x / in-process x: cronoq's remote-worker row (or its in-process row) divided by this row for "
-        "throughput, this row's p99 divided by cronoq's for latency: above 1 means cronoq is better."
+        figures.append([system, short_durability(any_result)] + [cell(results.get((w, system)), w) for w in workloads])
+    ratio_head = ["system"] + [f"cronoq x: {w}" for w in workloads] + ["cronoq x: CPU/task, no-op"]
+    ratio_head += [f"in-process x: {w}" for w in workloads if w in ("noop", "backlog")]
+    ratio_head += ["in-process x: CPU/task, no-op"]
+    ratios = []
+    for system in systems:
+        row = [system]
+        for ours in (REMOTE, IN_PROCESS):
+            compared = workloads if ours == REMOTE else [w for w in workloads if w in ("noop", "backlog")]
+            for workload in compared:
+                theirs = figure(results.get((workload, system)), workload)
+                row.append(ratio(figure(results.get((workload, ours)), workload), theirs, HEADLINE[workload][1]))
+            cpu_ours, cpu_theirs = (
+                cpu_per_task(results.get(("noop", ours))),
+                cpu_per_task(results.get(("noop", system))),
+            )
+            row.append(ratio(cpu_ours, cpu_theirs, more_is_better=False))
+        ratios.append(row)
+    cpu_workloads = [w for w in workloads if w in ("noop", "backlog")]
+    cpu_rows = [[system] + [cpu_cell(results.get((w, system))) for w in cpu_workloads] for system in systems]
+    return (
+        markdown(["system", "durability"] + [names[w] for w in workloads], figures)
+        + "\ncronoq's ratio to each row, above 1 when cronoq is better: its figure divided by the row's for "
+        "throughput, the row's divided by cronoq's for p99 latency and for CPU per task (all parts together). "
+        "`cronoq x` is the remote-worker row, `in-process x` the embedded scheduler's.\n\n"
+        + markdown(ratio_head, ratios)
+        + "\nCPU microseconds per task by part (backlog: the drain; `client` is the load generator, and for "
+        "cronoq-inprocess the whole application):\n\n"
+        + markdown(["system"] + [f"{w}: CPU µs/task" for w in cpu_workloads], cpu_rows)
     )
-    return "\n".join(rows) + "\n\n" + legend + "\n"
+
+
+def load_results(path: str) -> tuple[dict[tuple[str, str], dict[str, Any]], list[str], list[str]]:
+    """The results of an earlier run from its ``--jsonl`` file, with its systems and workloads in order."""
+    results: dict[tuple[str, str], dict[str, Any]] = {}
+    for line in Path(path).read_text().splitlines():
+        if line.startswith("{"):
+            result = json.loads(line)
+            results[(result["case"], result["system"])] = result
+    systems = list(dict.fromkeys(system for _, system in results))
+    workloads = list(dict.fromkeys(workload for workload, _ in results))
+    return results, systems, workloads
 
 
 # ---------------------------------------------------------------------------------------------
@@ -192,7 +238,11 @@ def main() -> int:
     )
     parser.add_argument("--jsonl", help="also write the JSON lines to this file")
     parser.add_argument("--markdown", help="also write the table to this file")
+    parser.add_argument("--from-jsonl", metavar="PATH", help="run nothing: print the table of an earlier run's --jsonl")
     args = parser.parse_args()
+    if args.from_jsonl:
+        print(table(*load_results(args.from_jsonl)), end="")
+        return 0
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops the run like Ctrl-C
     systems = [s for s in args.systems.split(",") if s]
     workloads = [w for w in args.workloads.split(",") if w]

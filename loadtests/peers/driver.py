@@ -39,7 +39,7 @@ from server_bench import percentile
 
 from peers.probe import ProbeReader
 from peers.systems import SYSTEMS, load
-from peers.systems.base import Case, System, child_env, stop_group
+from peers.systems.base import Analyzer, Case, System, child_env, stop_group
 from peers.usage import Usage, per_task
 
 CHUNK = 1000
@@ -48,6 +48,7 @@ TICK_S = 0.01
 WARMUP_TASKS = 64
 WARMUP_S = 30.0
 POLL_S = 0.01
+ANALYZE_EVERY_S = 5.0  # Postgres-based systems: planner statistics as autovacuum would keep them
 STOP_S = 3.0  # then the worker's process group is killed
 
 
@@ -277,9 +278,13 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         return {**result, "skipped": why}
     fleet = None if system.in_process else Fleet(system, workdir)
     progress = Progress(system, fleet)
+    analyzer: Analyzer | None = None
     try:
         await system.open()
         result["durability"] = system.durability
+        if system.database is not None:
+            analyzer = Analyzer(system.database.dsn, ANALYZE_EVERY_S)
+            analyzer.start()
         if args.workload == "backlog":
             outcome = await backlog(system, fleet, progress, Usage(system.parts), args.tasks, args.timeout)
         else:
@@ -295,11 +300,15 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 outcome = await throughput(system, progress, usage, args.tasks, args.timeout)
         result.update(outcome)
         result["settings"] = system.settings
+        if analyzer is not None:
+            result["analyze_runs"] = analyzer.runs
         return result
     except Exception as exc:
         tail = list(fleet.reader.other_lines)[-10:] if fleet else []
         return {**result, "error": f"{type(exc).__name__}: {exc}"[-2500:], "worker_output": tail}
     finally:
+        if analyzer is not None:
+            await analyzer.stop()
         if fleet is not None:
             fleet.stop()
         await system.close()

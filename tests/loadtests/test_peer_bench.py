@@ -87,7 +87,7 @@ def test_cronoq_rows_run_every_workload_with_cpu_per_part(postgres_dsn: str) -> 
     assert "synchronous_commit=on" in remote["durability"] or "synchronous_commit=off" in remote["durability"]
     # Half the no-op rate of the same run is the sustained case's target.
     assert results[("sustained", "cronoq")]["target_tasks_per_s"] == round(0.5 * remote["tasks_per_s"])
-    assert "| cronoq | " in out and "| cronoq-inprocess | " in out and "cronoq x" in out
+    assert out.count("| cronoq | ") == 3 and out.count("| cronoq-inprocess | ") == 3 and "cronoq x: noop" in out
 
 
 def test_every_available_peer_runs_beside_cronoq(postgres_dsn: str) -> None:
@@ -107,10 +107,15 @@ def test_every_available_peer_runs_beside_cronoq(postgres_dsn: str) -> None:
     results = by_case(lines)
     for peer in peers:
         assert_complete(results[("noop", peer)])
-        row = next(line for line in out.splitlines() if line.startswith(f"| {peer} | "))
-        cells = [cell.strip() for cell in row.strip("|").split("|")]
-        assert cells[3].endswith("x"), row  # cronoq's no-op ratio to this peer, measured in this run
-        assert "Redis" in cells[1] if peer in REDIS_PEERS else "durable" in cells[1] or "fsync" in cells[1]
+        figures, ratios = [[cell.strip() for cell in line.strip("|").split("|")]
+                           for line in out.splitlines() if line.startswith(f"| {peer} | ")][:2]  # fmt: skip
+        assert ("Redis" if peer in REDIS_PEERS else "Postgres commit (fsync=") in figures[1], figures
+        assert figures[2] == f"{results[('noop', peer)]['tasks_per_s']:,}", figures
+        # cronoq's no-op ratio to this peer, measured in this run, then the ratio of CPU per task.
+        assert (
+            ratios[1] == f"{results[('noop', 'cronoq')]['tasks_per_s'] / results[('noop', peer)]['tasks_per_s']:.2f}x"
+        )
+        assert ratios[2].endswith("x"), ratios
 
 
 def test_producer_bench_reports_the_cost_of_each_way_to_submit(postgres_dsn: str) -> None:

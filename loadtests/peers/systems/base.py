@@ -60,6 +60,7 @@ class System:
         self.case = case
         self.parts = Parts()
         self.settings: dict[str, Any] = {}
+        self.database: Database | None = None  # a Postgres-based system's own database
 
     def missing(self) -> str | None:
         """None when the libraries this system needs can be imported, else what is missing."""
@@ -197,6 +198,38 @@ def _parent_of(pid: int) -> int | None:
             return int(f.read().rsplit(")", 1)[1].split()[1])
     except (OSError, IndexError, ValueError):
         return None
+
+
+class Analyzer:
+    """``ANALYZE`` of a database every ``every_s`` seconds, as autovacuum would keep its planner
+    statistics fresh where it is on (it is off on the shared benchmark instance, and a queue
+    table that never gets statistics can get a plan that scans it for every job)."""
+
+    def __init__(self, dsn: str, every_s: float) -> None:
+        self.dsn = dsn
+        self.every_s = every_s
+        self.runs = 0
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        import asyncpg
+
+        conn = await asyncpg.connect(self.dsn)
+        try:
+            while True:
+                await asyncio.sleep(self.every_s)
+                await conn.execute("ANALYZE")
+                self.runs += 1
+        finally:
+            await conn.close()
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
 
 
 async def bounded_gather(calls: list[Any], limit: int) -> None:

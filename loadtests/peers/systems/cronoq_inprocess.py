@@ -25,7 +25,7 @@ class CronoqInProcess(System):
 
     def __init__(self, case: Case) -> None:
         super().__init__(case)
-        self.database = Database.for_case(case, "cronoqip")
+        self.database: Database = Database.for_case(case, "cronoqip")
         self.probe = Probe(report=False)
         self.scheduler: Any = None
         self.slots = case.workers * case.concurrency

@@ -27,7 +27,7 @@ class CronoqRemote(System):
 
     def __init__(self, case: Case) -> None:
         super().__init__(case)
-        self.database = Database.for_case(case, "cronoq")
+        self.database: Database = Database.for_case(case, "cronoq")
         self.server: Any = None
         self.client: Any = None
 

@@ -31,7 +31,7 @@ class PgQueuer(System):
 
     def __init__(self, case: Case) -> None:
         super().__init__(case)
-        self.database = Database.for_case(case, "pgqueuer")
+        self.database: Database = Database.for_case(case, "pgqueuer")
         self.pool: Any = None
         self.queries: list[Any] = []
 

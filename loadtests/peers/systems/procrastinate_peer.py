@@ -40,7 +40,7 @@ class Procrastinate(System):
 
     def __init__(self, case: Case) -> None:
         super().__init__(case)
-        self.database = Database.for_case(case, "procrastinate")
+        self.database: Database = Database.for_case(case, "procrastinate")
         self.app: Any = None
 
     async def open(self) -> None:
