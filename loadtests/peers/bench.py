@@ -140,7 +140,9 @@ def cell(result: dict[str, Any] | None, workload: str) -> str:
             text += f" ({result['tasks']:,} queued in time)"
     else:
         text = f"{result['tasks_per_s']:,}"
-    return text + (" (drain timed out)" if result.get("timed_out") else "")
+    if result.get("timed_out"):
+        text += " (drain timed out)" if workload == "backlog" else " (not all done in time)"
+    return text
 
 
 def cpu_cell(result: dict[str, Any] | None) -> str:
