@@ -22,6 +22,7 @@ from typing import Any
 from peers.probe import PROBE, TASK_SECONDS
 from peers.systems.base import Case, System, redis_delete_matching, redis_persistence
 
+UNACKED_KEYS = ("unacked", "unacked_index", "unacked_mutex")
 PREFETCH_MULTIPLIER = 16  # messages each worker process reserves per execution slot (README)
 
 
@@ -36,6 +37,10 @@ def make_app(broker: str, queue: str, handler: str) -> Any:
         worker_disable_rate_limits=True,
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
+        # Kombu keeps delivered, not yet acknowledged messages in Redis keys shared by every queue
+        # of the database; keys named after the run's queue are found and deleted with it (a worker
+        # stopped with messages in them would otherwise leave them for the next run to restore).
+        broker_transport_options={f"{name}_key": f"{queue}-{name}" for name in UNACKED_KEYS},
     )
 
     seconds = TASK_SECONDS[handler]
