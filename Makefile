@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test run bench bench-history lint typecheck venv clean image deploy-check
+.PHONY: test run bench bench-history bench-peers lint typecheck venv clean image deploy-check
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,12 @@ bench: $(STAMP)
 bench-history: $(STAMP)
 	bash scripts/ensure_postgres.sh
 	$(PY) loadtests/history_bench.py
+
+# cronoq beside pgqueuer, procrastinate, Celery, Dramatiq and arq (loadtests/peers/README.md): the local
+# Postgres (CRONOQ_BENCH_DSN) and Redis (CRONOQ_BENCH_REDIS); a 10^6-task backlog, so it takes a while.
+# PEERS_ARGS passes options, e.g. make bench-peers PEERS_ARGS="--backlog 100000".
+bench-peers: $(STAMP)
+	$(PY) loadtests/peers/bench.py --jsonl bench-peers.jsonl --markdown bench-peers.md $(PEERS_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
