@@ -27,7 +27,6 @@ from tests.server.harness import (
 FAST_RETRY = "retry = { max_attempts = 2, initial_backoff_s = 0.02, max_backoff_s = 0.05 }"
 
 
-
 POOLS_TOML = f"""
 [[pools]]
 name = "default"
@@ -137,10 +136,11 @@ async def request(session: aiohttp.ClientSession, method: str, path: str, **kwar
 
 
 class HttpServerProcess(ServerProcess):
-    """A ``cronoq-server`` process whose configuration may also name ``{http_port}``: a fresh
-    random port on every start attempt, like ``{port}`` for gRPC."""
+    """A ``cronoq-server`` process whose configuration may also name ``{http_port}`` and
+    ``{metrics_port}``: fresh random ports on every start attempt, like ``{port}`` for gRPC."""
 
     http_port = 0
+    metrics_port = 0
 
     @property
     def http_url(self) -> str:
@@ -148,9 +148,12 @@ class HttpServerProcess(ServerProcess):
 
     def _spawn(self) -> None:
         self.http_port = random.randint(20000, 59999)
+        self.metrics_port = random.randint(20000, 59999)
         template = self.config_template
         if template is not None:
-            self.config_template = template.replace("{http_port}", str(self.http_port))
+            self.config_template = template.replace("{http_port}", str(self.http_port)).replace(
+                "{metrics_port}", str(self.metrics_port)
+            )
         try:
             super()._spawn()
         finally:
