@@ -45,6 +45,23 @@ __all__ = ["REGISTER_TIMEOUT_S", "GrpcServices", "Malformed", "server_options"]
 
 log = logging.getLogger("cronoq.server")
 
+
+class _UnquotedMetadata(logging.Filter):
+    """grpc's Python layer logs a metadata value that is not UTF-8 at ERROR, quoting it whole
+    ("Invalid encoding on b'Bearer ...'"): any caller could put its (or a guessed) token in the
+    log that way, and flood it. The record keeps its place, at debug level, without the value."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if str(record.msg).startswith("Invalid encoding on"):
+            record.msg, record.args, record.exc_info, record.exc_text = (
+                "a gRPC metadata value was not UTF-8 (not shown)", (), None, None)  # fmt: skip
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        return True
+
+
+logging.getLogger("grpc._cython.cygrpc").addFilter(_UnquotedMetadata())
+
 REGISTER_TIMEOUT_S = 10.0
 """A Work stream must send Register within this long."""
 

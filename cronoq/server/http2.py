@@ -51,6 +51,10 @@ __all__ = ["PREFACE", "H2Request", "Http2Connection", "Http2Limits", "reset", "r
 
 log = logging.getLogger("cronoq.server")
 
+# hpack logs every header it encodes or decodes at DEBUG, authorization values included: whatever
+# level the process logs at, a credential must not reach a log line that way.
+logging.getLogger("hpack").setLevel(logging.INFO)
+
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 """The first bytes of every HTTP/2 connection (RFC 9113, 3.4)."""
 
