@@ -553,6 +553,7 @@ class _Gateway:
         self.routes = routes
         self.guard_host = guard_host
         self.unary = unary if unary is not None else UnaryRunner(config.limits)
+        self._resources = {resource.name: resource.capacity for resource in config.resources}
         self._templates: list[tuple[tuple[str, ...], list[Route]]] = []
         for route in routes:
             for segments, group in self._templates:
@@ -761,7 +762,7 @@ class _Gateway:
 
     async def openapi(self, request: Request, principal: Principal, params: dict[str, str]) -> web.Response:
         if self._document is None:
-            self._document = _dumps(openapi.document(self.limits))
+            self._document = _dumps(openapi.document(self.limits, self._resources))
         response = web.Response(body=self._document)
         response.content_type = JSON_TYPE
         return response

@@ -135,6 +135,31 @@ async def request(session: aiohttp.ClientSession, method: str, path: str, **kwar
         return response.status, text
 
 
+def process_config(limits: str = "", *, metrics: bool = False, extra: str = "") -> str:
+    """A configuration for an ``HttpServerProcess``: both listeners (and the metrics one when
+    ``metrics``) on fresh ports, every kind of token, pools ``default`` and ``other``; ``limits``
+    goes into ``[limits]``, ``extra`` at the end (more pools, resources, a store)."""
+    metrics_addr = 'metrics_addr = "127.0.0.1:{metrics_port}"' if metrics else ""
+    return f"""
+[server]
+grpc_addr = "127.0.0.1:{{port}}"
+http_addr = "127.0.0.1:{{http_port}}"
+{metrics_addr}
+shutdown_grace_s = 0.5
+
+[limits]
+{limits}
+
+{TOKENS_TOML}
+[[pools]]
+name = "default"
+
+[[pools]]
+name = "other"
+{extra}
+"""
+
+
 class HttpServerProcess(ServerProcess):
     """A ``cronoq-server`` process whose configuration may also name ``{http_port}`` and
     ``{metrics_port}``: fresh random ports on every start attempt, like ``{port}`` for gRPC."""

@@ -28,7 +28,7 @@ import pytest
 
 from cronoq.proto import cronoq_pb2 as pb
 from cronoq.proto import cronoq_pb2_grpc as pbg
-from tests.server.harness import CLIENT_TOKEN, METRICS_TOKEN, ROOT, TOKENS_TOML
+from tests.server.harness import CLIENT_TOKEN, METRICS_TOKEN, ROOT
 from tests.server.hostile_clients import (
     CANCEL,
     DATA,
@@ -45,33 +45,22 @@ from tests.server.hostile_clients import (
     reset_within,
     slowloris,
 )
-from tests.server.http_support import HttpServerProcess
+from tests.server.http_support import HttpServerProcess, process_config
 
 PATIENCE_S = 30.0
 """How long an outcome may take before the test calls the server broken (never a pass criterion)."""
 
-BOUNDED = f"""
-[server]
-grpc_addr = "127.0.0.1:{{port}}"
-http_addr = "127.0.0.1:{{http_port}}"
-metrics_addr = "127.0.0.1:{{metrics_port}}"
-shutdown_grace_s = 0.5
-
-[limits]
+BOUNDED = process_config(
+    """
 header_timeout_s = 1
 idle_timeout_s = 2
 write_stall_timeout_s = 1
 max_header_bytes = 4096
 max_headers = 20
 max_stream_resets_per_s = 50
-
-{TOKENS_TOML}
-[[pools]]
-name = "default"
-
-[[pools]]
-name = "other"
-"""
+""",
+    metrics=True,
+)
 
 
 @pytest.fixture(scope="module")
@@ -268,24 +257,7 @@ def _send_quietly(sock: socket.socket, data: bytes) -> None:
 
 # ----------------------------------------------------------------------------- connection caps
 
-CAPPED = f"""
-[server]
-grpc_addr = "127.0.0.1:{{port}}"
-http_addr = "127.0.0.1:{{http_port}}"
-metrics_addr = "127.0.0.1:{{metrics_port}}"
-shutdown_grace_s = 0.5
-
-[limits]
-max_connections = 6
-header_timeout_s = 60
-
-{TOKENS_TOML}
-[[pools]]
-name = "default"
-
-[[pools]]
-name = "other"
-"""
+CAPPED = process_config("max_connections = 6\nheader_timeout_s = 60", metrics=True)
 
 
 def test_connections_past_max_connections_are_closed_as_they_arrive(tmp_path: Path) -> None:

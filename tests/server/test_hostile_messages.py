@@ -19,24 +19,12 @@ import grpc
 import pytest
 
 from cronoq.proto import cronoq_pb2 as pb
-from tests.server.harness import ADMIN_TOKEN, CLIENT_TOKEN, TOKENS_TOML
-from tests.server.http_support import HttpServerProcess
+from tests.server.harness import ADMIN_TOKEN, CLIENT_TOKEN
+from tests.server.http_support import HttpServerProcess, process_config
 
 PATIENCE_S = 30.0
 
-CONFIG = f"""
-[server]
-grpc_addr = "127.0.0.1:{{port}}"
-http_addr = "127.0.0.1:{{http_port}}"
-shutdown_grace_s = 0.5
-
-{TOKENS_TOML}
-[[pools]]
-name = "default"
-
-[[pools]]
-name = "other"
-"""
+CONFIG = process_config()
 
 GARBAGE = {
     "invalid wire type": b"\xff\xff\xff\x07",
