@@ -300,9 +300,10 @@ class Connection(asyncio.Protocol):
             self._state = _REQUEST
             self._cancel_head_timer()
 
-    def request_finished(self) -> None:
-        """The gateway answered; the next bytes begin the next request."""
-        if self._http1:
+    def request_finished(self, body_read: bool) -> None:
+        """The gateway answered; the next bytes begin the next request, unless the rest of this
+        request's body is still to come (aiohttp reads it and drops it, or closes)."""
+        if self._http1 and body_read:
             self._state = _IDLE
 
     def _refuse(self, status: int, message: str) -> None:
@@ -380,7 +381,8 @@ def request_started(request: Any) -> None:
 def request_finished(request: Any) -> None:
     """Tell the connection of ``request`` that it has been answered."""
     if (connection := _connection_of(request)) is not None:
-        connection.request_finished()
+        at_eof = getattr(request.content, "at_eof", None)
+        connection.request_finished(body_read=at_eof is None or bool(at_eof()))
 
 
 # ====================================================================================== listeners
