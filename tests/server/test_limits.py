@@ -28,8 +28,8 @@ from aiohttp import web
 
 from cronoq.proto import cronoq_pb2 as pb
 from cronoq.proto import cronoq_pb2_grpc as pbg
-from tests.server.harness import ADMIN_TOKEN, CLIENT_TOKEN, TENANT_TOKEN, TOKENS_TOML
-from tests.server.http_support import HttpServerProcess
+from tests.server.harness import ADMIN_TOKEN, CLIENT_TOKEN, TENANT_TOKEN
+from tests.server.http_support import HttpServerProcess, process_config
 
 CLIENT = (("authorization", f"Bearer {CLIENT_TOKEN}"),)
 ADMIN = (("authorization", f"Bearer {ADMIN_TOKEN}"),)
@@ -40,28 +40,8 @@ PATIENCE_S = 30.0
 
 
 def config(limits: str = "", pools: str = "") -> str:
-    return f"""
-[server]
-grpc_addr = "127.0.0.1:{{port}}"
-http_addr = "127.0.0.1:{{http_port}}"
-shutdown_grace_s = 0.5
-
-[limits]
-{limits}
-
-{TOKENS_TOML}
-[[pools]]
-name = "default"
-
-[[pools]]
-name = "other"
-
-[[pools]]
-name = "full"
-max_pending = 1
-overflow = "wait"
-{pools}
-"""
+    full = '\n[[pools]]\nname = "full"\nmax_pending = 1\noverflow = "wait"\n'
+    return process_config(limits, extra=full + pools)
 
 
 @contextlib.asynccontextmanager
