@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test run bench bench-history bench-peers lint typecheck venv clean image deploy-check
+.PHONY: test fuzz run bench bench-history bench-peers lint typecheck venv clean image deploy-check
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,14 @@ image: $(STAMP)
 deploy-check: $(STAMP)
 	bash scripts/ensure_docker.sh
 	$(PY) -m pytest -q tests/deploy
+
+# The fuzz tests with many more examples (CRONOQ_FUZZ=long multiplies the short runs of `make test`
+# by CRONOQ_FUZZ_SCALE, default 40; tests/fuzz/budget.py). FUZZ_TESTS lists what runs; property tests
+# elsewhere take the same switch through tests.fuzz.budget.examples().
+FUZZ_TESTS ?= tests/fuzz
+fuzz: $(STAMP)
+	bash scripts/ensure_postgres.sh
+	CRONOQ_FUZZ=long $(PY) -m pytest -q -s $(FUZZ_TESTS)
 
 # A 2-shard x 2-replica cluster on SQLite in a temporary folder, with workers and a burst of
 # forwarded tasks; serves until Ctrl-C (the embedded tour: $(PY) -m cronoq.demo_embedded).

@@ -214,6 +214,30 @@ class LimitsConfig:
     max_list: int = 1000
     """Largest page of ListTasks / ``GET /v1/tasks`` (chosen)."""
 
+    # Listener bounds (not published for cronoq 0.2: additions of ours). They hold before a caller
+    # is authenticated, so nothing unauthenticated costs more than a bounded amount.
+    max_connections: int = 4096
+    """Open connections per listener (gRPC, HTTP, metrics); more are closed as they come."""
+    max_concurrent_requests_per_caller: int = 256
+    """Requests in flight at once for one credential (or one tenant, when the credential pins
+    one), so a single caller cannot take every ``max_concurrent_requests`` slot."""
+    header_timeout_s: float = 10.0
+    """Time a connection gets to deliver a complete request head (HTTP/1.1), its first request
+    (HTTP/2) or its TLS and HTTP/2 handshake (gRPC); it is closed past that."""
+    idle_timeout_s: float = 300.0
+    """A connection with no request in progress for this long is closed."""
+    max_header_bytes: int = 16384
+    """Largest request head: HTTP/1.1 request line plus headers, HTTP/2 header list, gRPC metadata."""
+    max_headers: int = 100
+    """Most header fields in one HTTP request."""
+    max_stream_resets_per_s: int = 100
+    """Stream resets, pings and SETTINGS frames one HTTP/2 connection of the gateway may send per
+    second (with a burst of as many); past it the connection gets GOAWAY and is closed."""
+    write_stall_timeout_s: float = 30.0
+    """An HTTP answer that cannot be written for this long, because the client does not read
+    (a full socket buffer or an HTTP/2 window at zero), is abandoned and its stream or
+    connection closed."""
+
 
 # ---------------------------------------------------------------------------------------- [[pools]]
 

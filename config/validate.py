@@ -113,13 +113,31 @@ _LIMIT_FLOORS: dict[str, int] = {
     "max_slots_per_worker": 1,
     "key_retention_max": 0,
     "max_list": 1,
+    "max_connections": 1,
+    "max_concurrent_requests_per_caller": 1,
+    "max_header_bytes": 1024,
+    "max_headers": 8,
+    "max_stream_resets_per_s": 1,
 }
 _LIMIT_CEILINGS: dict[str, int] = {
     "max_message_bytes": GRPC_MAX_MESSAGE,
     "max_concurrent_streams": U32,
     "max_slots_per_worker": U32,
+    "max_connections": U32,
+    "max_header_bytes": U32,
+    "max_headers": U32,
+    "max_stream_resets_per_s": U32,
 }
-_POSITIVE_LIMIT_DURATIONS = frozenset({"request_timeout_s", "keepalive_interval_s", "keepalive_timeout_s"})
+_POSITIVE_LIMIT_DURATIONS = frozenset(
+    {
+        "request_timeout_s",
+        "keepalive_interval_s",
+        "keepalive_timeout_s",
+        "header_timeout_s",
+        "idle_timeout_s",
+        "write_stall_timeout_s",
+    }
+)
 
 
 class _Checker:

@@ -141,7 +141,7 @@ class ServerApp:
         self._grace = config.server.shutdown_grace_s
         self.service: ShardService | None = None
         self.http: HttpGateway | None = None
-        # One in-flight limit for the unary calls of every listener (gRPC ones, peer links).
+        # One set of in-flight limits for the unary calls of every listener (gRPC, HTTP, peer links).
         self.unary = UnaryRunner(config.limits)
         # Links carry other shards' forwarded calls and workers' Work streams beside gRPC.
         self.links: LinkServer | None = None
@@ -211,7 +211,8 @@ class ServerApp:
         # The HTTP gateway runs for the whole process: it asks the Api on every request whether
         # this node is the serving leader (standbys answer 503, /readyz included).
         try:
-            self.http = await start_http(self.api, self.config, authenticator=self.authenticator, router=self.router)
+            self.http = await start_http(self.api, self.config, authenticator=self.authenticator, router=self.router,
+                                         unary=self.unary)  # fmt: skip
         except ListenError as exc:
             raise BindError(str(exc)) from None
         try:

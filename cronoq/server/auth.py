@@ -138,6 +138,10 @@ class Authenticator:
             token = _bearer_token(authorization)
             if token is None:
                 raise ApiError(Code.UNAUTHENTICATED, "the authorization value must be 'Bearer <token>'")
+            if not _visible_ascii(token):
+                # Configured tokens are visible ASCII; anything else (control characters, bytes
+                # that were not UTF-8 and came in as surrogates) matches none and is not hashed.
+                raise ApiError(Code.UNAUTHENTICATED, "malformed token")
             spec = self._auth.authenticate(token)
             if spec is None:
                 raise ApiError(Code.UNAUTHENTICATED, "unknown token")
@@ -148,6 +152,10 @@ class Authenticator:
                 return Principal.of(cert, f"cert {cert.dns_name}")
             raise ApiError(Code.UNAUTHENTICATED, "the client certificate is not mapped to a role")
         raise ApiError(Code.UNAUTHENTICATED, "missing credentials: send 'authorization: Bearer <token>'")
+
+
+def _visible_ascii(token: str) -> bool:
+    return all("!" <= char <= "~" for char in token)
 
 
 def _bearer_token(value: str) -> str | None:

@@ -25,7 +25,9 @@ class ConsoleServicer(cpbg.ConsoleServicer):
         self._services = services
 
     def add_to(self, server: grpc.aio.Server) -> None:
-        cpbg.add_ConsoleServicer_to_server(self, server)  # type: ignore[no-untyped-call]
+        from .grpc_service import register_services
+
+        register_services(server, cpb, self)
 
     async def SearchTasks(self, request: cpb.SearchTasksRequest, context: Any) -> pb.ListTasksResponse:
         services = self._services

@@ -2,8 +2,11 @@
 
 Every call authenticates first (``authorization`` metadata or a mapped client certificate), then
 runs the transport-independent handler of ``cronoq.server.api``; an ``ApiError`` becomes the
-call's status. Unary calls are bounded by ``max_wait_s + request_timeout_s`` (CANCELLED past
-that) and by ``max_concurrent_requests`` in flight (RESOURCE_EXHAUSTED beyond).
+call's status. A request message that is not valid protobuf is INVALID_ARGUMENT (the services
+are registered with deserializers that do not raise; see ``add_to``). Unary calls are bounded
+by ``max_wait_s + request_timeout_s`` (CANCELLED past that) and by the server's in-flight limits
+(``UnaryRunner``: RESOURCE_EXHAUSTED beyond). ``server_options`` bounds what a connection may
+cost before any of this: connections, handshake time, metadata size, idle time, pings.
 
 The Work stream adapts worker protocol 3 to the shard service's worker sessions: Register
 first (within 10 s), then leases, aborts and a final Shutdown flow out of the session's bounded
@@ -38,9 +41,26 @@ from .auth import Authenticator, Principal
 from .errors import ApiError, Code, from_exception
 from .unary import UnaryRunner
 
-__all__ = ["REGISTER_TIMEOUT_S", "GrpcServices", "server_options"]
+__all__ = ["REGISTER_TIMEOUT_S", "GrpcServices", "Malformed", "server_options"]
 
 log = logging.getLogger("cronoq.server")
+
+
+class _UnquotedMetadata(logging.Filter):
+    """grpc's Python layer logs a metadata value that is not UTF-8 at ERROR, quoting it whole
+    ("Invalid encoding on b'Bearer ...'"): any caller could put its (or a guessed) token in the
+    log that way, and flood it. The record keeps its place, at debug level, without the value."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if str(record.msg).startswith("Invalid encoding on"):
+            record.msg, record.args, record.exc_info, record.exc_text = (
+                "a gRPC metadata value was not UTF-8 (not shown)", (), None, None)  # fmt: skip
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        return True
+
+
+logging.getLogger("grpc._cython.cygrpc").addFilter(_UnquotedMetadata())
 
 REGISTER_TIMEOUT_S = 10.0
 """A Work stream must send Register within this long."""
@@ -52,18 +72,39 @@ Req = TypeVar("Req")
 Resp = TypeVar("Resp")
 
 
+_INT_MAX = 2**31 - 1
+"""Channel arguments are C ints."""
+
+
+def _ms(seconds: float) -> int:
+    return max(1, min(_INT_MAX, round(seconds * 1000)))
+
+
 def server_options(config: Config, *, standby: bool) -> list[tuple[str, Any]]:
-    """grpc server options: message size, keepalive pings, streams per connection; a standby
-    also closes every connection about a second after accepting it."""
+    """grpc server options: message size, keepalive pings, streams per connection, and the
+    bounds of ``[limits]`` that hold before authentication; a standby also closes every
+    connection about a second after accepting it.
+
+    grpc core itself defends HTTP/2 against a client that resets streams in a tight loop
+    ("rapid reset": reset streams count against MAX_CONCURRENT_STREAMS until their calls end,
+    and requests per read are capped), answers pings past ``min_ping_interval`` with strikes and
+    then GOAWAY, and closes a transport whose peer does not read the frames it induces."""
     limits = config.limits
     options: list[tuple[str, Any]] = [
         ("grpc.max_send_message_length", limits.max_message_bytes),
         ("grpc.max_receive_message_length", limits.max_message_bytes),
-        ("grpc.keepalive_time_ms", max(1, round(limits.keepalive_interval_s * 1000))),
-        ("grpc.keepalive_timeout_ms", max(1, round(limits.keepalive_timeout_s * 1000))),
+        ("grpc.keepalive_time_ms", _ms(limits.keepalive_interval_s)),
+        ("grpc.keepalive_timeout_ms", _ms(limits.keepalive_timeout_s)),
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.min_ping_interval_without_data_ms", 5000),
         ("grpc.max_concurrent_streams", limits.max_concurrent_streams),
+        # Before authentication: connections held at once, time to finish the TLS and HTTP/2
+        # handshakes, size of the metadata (headers) of a call, and time a connection may idle.
+        ("grpc.max_allowed_incoming_connections", min(_INT_MAX, limits.max_connections)),
+        ("grpc.server_handshake_timeout_ms", _ms(limits.header_timeout_s)),
+        ("grpc.max_metadata_size", min(_INT_MAX, limits.max_header_bytes)),
+        ("grpc.absolute_max_metadata_size", min(_INT_MAX, limits.max_header_bytes)),
+        ("grpc.max_connection_idle_ms", _ms(limits.idle_timeout_s)),
         # Refuse to share a port with another process: a second server on the same address
         # must fail with "Address already in use", not silently split the traffic.
         ("grpc.so_reuseport", 0),
@@ -95,6 +136,82 @@ def _metadata_value(context: grpc.aio.ServicerContext[Any, Any], name: str) -> s
     return None
 
 
+class Malformed:
+    """What a unary request deserializes to when its bytes are not a valid message: the servicer
+    authenticates the caller, then answers INVALID_ARGUMENT. (grpc would answer a deserializer's
+    exception with UNKNOWN and log a traceback at ERROR, for any caller.)"""
+
+    __slots__ = ("type_name",)
+
+    def __init__(self, type_name: str) -> None:
+        self.type_name = type_name
+
+    def error(self) -> ApiError:
+        return malformed(self.type_name)
+
+
+def malformed(type_name: str) -> ApiError:
+    return ApiError.invalid(f"malformed request: the bytes are not a valid {type_name} message")
+
+
+def _lenient(message_type: Any) -> Callable[[bytes], Any]:
+    """The deserializer of a unary request: the message, or ``Malformed``."""
+    parse, name = message_type.FromString, message_type.DESCRIPTOR.name
+
+    def deserialize(data: bytes) -> Any:
+        try:
+            return parse(data)
+        except Exception:  # DecodeError; RecursionError for nesting too deep
+            return Malformed(name)
+
+    return deserialize
+
+
+def _refusing(message_type: Any) -> Callable[[bytes], Any]:
+    """The deserializer of a streamed request: ``context.read()`` raises the INVALID_ARGUMENT
+    ``ApiError`` that ends the call."""
+    parse, name = message_type.FromString, message_type.DESCRIPTOR.name
+
+    def deserialize(data: bytes) -> Any:
+        try:
+            return parse(data)
+        except Exception:
+            raise malformed(name) from None
+
+    return deserialize
+
+
+_HANDLER_KINDS = {
+    (False, False): grpc.unary_unary_rpc_method_handler,
+    (False, True): grpc.unary_stream_rpc_method_handler,
+    (True, False): grpc.stream_unary_rpc_method_handler,
+    (True, True): grpc.stream_stream_rpc_method_handler,
+}
+
+
+def register_services(server: grpc.aio.Server, module: Any, servicer: Any) -> None:
+    """Serve every service of the protobuf ``module`` from ``servicer``'s methods of the same names,
+    with deserializers that never raise (``_lenient``, ``_refusing``)."""
+    for service in module.DESCRIPTOR.services_by_name.values():
+        handlers: dict[str, grpc.RpcMethodHandler] = {}
+        for method in service.methods:
+            request_type = getattr(module, method.input_type.name, None) or _message_class(method.input_type)
+            response_type = getattr(module, method.output_type.name, None) or _message_class(method.output_type)
+            kind = _HANDLER_KINDS[(method.client_streaming, method.server_streaming)]
+            deserializer = _refusing(request_type) if method.client_streaming else _lenient(request_type)
+            handlers[method.name] = kind(getattr(servicer, method.name), request_deserializer=deserializer,
+                                         response_serializer=response_type.SerializeToString)  # fmt: skip
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
+        server.add_registered_method_handlers(service.full_name, handlers)
+
+
+def _message_class(descriptor: Any) -> Any:
+    """The generated class of a message defined in another file (the console reuses cronoq.v1's)."""
+    from google.protobuf import message_factory
+
+    return message_factory.GetMessageClass(descriptor)
+
+
 async def _abort(context: grpc.aio.ServicerContext[Any, Any], error: ApiError) -> Any:
     if error.metadata:
         await context.abort(error.code.grpc, error.message, trailing_metadata=error.metadata)
@@ -120,9 +237,10 @@ class GrpcServices(pbg.TasksServicer, pbg.AdminServicer, pbg.WorkersServicer):
         self._worker_link_advert = ((WORKER_LINK_KEY, str(link_port)),) if link_port and not standby else ()
 
     def add_to(self, server: grpc.aio.Server) -> None:
-        pbg.add_TasksServicer_to_server(self, server)  # type: ignore[no-untyped-call]
-        pbg.add_AdminServicer_to_server(self, server)  # type: ignore[no-untyped-call]
-        pbg.add_WorkersServicer_to_server(self, server)  # type: ignore[no-untyped-call]
+        """Register every method of ``cronoq.v1`` (and of the console's ``cronoq.console.v1``) as the
+        generated ``add_*Servicer_to_server`` would, but with deserializers that turn malformed bytes
+        into INVALID_ARGUMENT."""
+        register_services(server, pb, self)
         from .console_grpc import ConsoleServicer  # the console's calls (cronoq.console.v1)
 
         ConsoleServicer(self).add_to(server)
@@ -139,6 +257,8 @@ class GrpcServices(pbg.TasksServicer, pbg.AdminServicer, pbg.WorkersServicer):
                      handler: Callable[[Principal, Req], Awaitable[Resp]]) -> Resp:  # fmt: skip
         try:
             principal = self._principal(context)
+            if isinstance(request, Malformed):
+                raise request.error()
             response, missing = await self.unary.run(principal, handler, request)
             if missing:
                 context.set_trailing_metadata(((UNAVAILABLE_SHARDS_KEY, ",".join(missing)),))
@@ -171,6 +291,8 @@ class GrpcServices(pbg.TasksServicer, pbg.AdminServicer, pbg.WorkersServicer):
     async def Watch(self, request: pb.WatchRequest, context: Any) -> None:
         try:
             principal = self._principal(context)
+            if isinstance(request, Malformed):
+                raise request.error()
             with collect_unavailable() as missing:
                 events = await self.router.watch(principal, request)
             try:
@@ -220,6 +342,8 @@ class GrpcServices(pbg.TasksServicer, pbg.AdminServicer, pbg.WorkersServicer):
             except TimeoutError:
                 raise refusal or ApiError(Code.DEADLINE_EXCEEDED,
                                           f"no Register message within {REGISTER_TIMEOUT_S:g} s") from None  # fmt: skip
+            except ApiError as unreadable:  # a malformed first message; credentials still come first
+                raise refusal or unreadable from None
             if refusal is not None:
                 raise refusal
             if first is grpc.aio.EOF:
@@ -310,7 +434,10 @@ class _WorkStream:
             reader = asyncio.ensure_future(self._read())
             done, _ = await asyncio.wait({writer, reader}, return_when=asyncio.FIRST_COMPLETED)
             if reader in done:
-                if reader.exception() is None and reader.result() == "second register":
+                failure = reader.exception()
+                if isinstance(failure, ApiError):  # a malformed message (``_refusing``)
+                    reason, error = "malformed message", failure
+                elif failure is None and reader.result() == "second register":
                     reason = "second register"
                     error = ApiError.invalid("a second Register ends the stream")
             elif writer.exception() is None:

@@ -10,17 +10,21 @@ this module decides scheduling questions.
 
 What the gateway itself enforces, in this order, before a handler runs:
 
-1. DNS-rebinding guard: with authentication off (and no ``insecure_no_auth``) a request whose
-   ``Host`` is not a loopback name or address gets 403.
-2. The route: unknown paths 404, known paths with another method 405.
-3. At most ``limits.max_concurrent_requests`` requests in flight (429 beyond; probes do not
-   count), each within its time limit: ``limits.request_timeout_s``, and ``POST``/``GET
-   /v1/tasks`` and every ``/result`` route get ``limits.max_wait_s`` on top (504 when it runs
-   out, also while a body is still arriving).
+1. The connection's bounds (``cronoq.server.http_listen``): connections per listener, time and
+   size of a request head, idle and stalled connections, HTTP/2 resets and windows.
+2. At most ``limits.max_headers`` header fields (431); the DNS-rebinding guard: with
+   authentication off (and no ``insecure_no_auth``) a request whose ``Host`` is not a loopback
+   name or address gets 403.
+3. The route: unknown paths 404, known paths with another method 405.
 4. Credentials (``authorization: Bearer`` or a mapped client certificate), 401 otherwise;
    only the serving leader answers ``/v1`` and ``/metrics`` (503 otherwise); the route's role
-   (403). All of this happens before a request body is read.
-5. Bodies: ``content-type: application/json`` (415), at most ``limits.max_http_body_bytes``
+   (403); the query parameters the route accepts (400).
+5. The server's in-flight limits, shared with the gRPC listener (``UnaryRunner``): at most
+   ``limits.max_concurrent_requests`` in all and ``limits.max_concurrent_requests_per_caller``
+   for one credential (429 beyond; probes do not count), each within its time limit:
+   ``limits.request_timeout_s``, and ``POST``/``GET /v1/tasks`` and every ``/result`` route get
+   ``limits.max_wait_s`` on top (504 when it runs out, also while a body is still arriving).
+6. Bodies: ``content-type: application/json`` (415), at most ``limits.max_http_body_bytes``
    (413), valid UTF-8 JSON with no unknown fields and no duplicate names (400).
 
 Ids and ``*_unix_ns`` times are JSON strings in every answer and are accepted as strings or
@@ -45,12 +49,12 @@ import socket
 import ssl
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, NoReturn, cast
+from typing import Any, NoReturn
 from urllib.parse import unquote
 
 from aiohttp import web
 
-from cronoq.config import Config, Role, TlsConfig, is_loopback_host, parse_socket_addr
+from cronoq.config import Config, Role, is_loopback_host
 from cronoq.proto import cronoq_pb2 as pb
 from cronoq.router import Router, collect_unavailable
 
@@ -58,8 +62,19 @@ from . import openapi
 from .api import Api
 from .auth import Authenticator, Principal
 from .errors import NOT_LEADER_MESSAGE, ApiError, Code, from_exception
-from .http2 import Demultiplexer, H2Request, Http2Connection, Http2Limits, retire
-from .http2 import Handler as Http2Handler
+from .http2 import H2Request
+from .http_listen import (
+    SHUTDOWN_TIMEOUT_S,
+    Connection,
+    ConnectionBounds,
+    Listener,
+    ListenError,
+    bind,
+    format_address,
+    request_finished,
+    request_started,
+    ssl_context,
+)
 from .json_shapes import (
     EDGE_CONDS,
     MISS_POLICIES,
@@ -75,14 +90,13 @@ from .json_shapes import (
     with_unavailable_shards,
     workers_json,
 )
+from .unary import UnaryRunner
 
 __all__ = ["METRICS_ROUTES", "ROUTES", "HttpError", "HttpGateway", "ListenError", "Route", "start_http"]
 
 log = logging.getLogger("cronoq.server")
 
 JSON_TYPE = "application/json"
-SHUTDOWN_TIMEOUT_S = 2.0
-"""How long closing the gateway waits for requests in flight before cancelling them."""
 NOT_SERVING_LINGER_S = 1.0
 """A connection accepted while this node does not serve is let go this long after (see ``_add``)."""
 
@@ -530,14 +544,16 @@ class _Gateway:
     """The request handler of one listener."""
 
     def __init__(self, api: Api, config: Config, authenticator: Authenticator, routes: tuple[Route, ...],
-                 *, guard_host: bool, router: Router | None = None) -> None:  # fmt: skip
+                 *, guard_host: bool, router: Router | None = None,
+                 unary: UnaryRunner | None = None) -> None:  # fmt: skip
         self.api = api
         self.router = router if router is not None else Router(config, api)
         self.limits = config.limits
         self.auth = authenticator
         self.routes = routes
         self.guard_host = guard_host
-        self._inflight = 0
+        self.unary = unary if unary is not None else UnaryRunner(config.limits)
+        self._resources = {resource.name: resource.capacity for resource in config.resources}
         self._templates: list[tuple[tuple[str, ...], list[Route]]] = []
         for route in routes:
             for segments, group in self._templates:
@@ -573,24 +589,33 @@ class _Gateway:
         raise HttpError(404, "not_found", "no such route")
 
     async def handle(self, request: Request) -> web.StreamResponse:
+        request_started(request)
         try:
+            return await self._handle(request)
+        finally:
+            request_finished(request)
+
+    async def _handle(self, request: Request) -> web.StreamResponse:
+        try:
+            if len(request.headers) > self.limits.max_headers:
+                raise HttpError(431, "request_header_fields_too_large",
+                                f"more than {self.limits.max_headers} header fields")  # fmt: skip
             if self.guard_host and not is_loopback_host(_host_name(request.headers.get("Host", ""))):
                 raise HttpError(403, "forbidden", "authentication is off, so only requests for a loopback host "
                                                   "(localhost, 127.0.0.1, [::1]) are answered")  # fmt: skip
             route, params = self._match(request.method, request.rel_url.raw_path)
             if not route.leader_only and not route.authenticated:
                 return await getattr(self, route.handler)(request, None, params)  # type: ignore[no-any-return]
+            principal = self._authorize(route, request)
+            handler: Handler = getattr(self, route.handler)
+
+            async def serve(caller: Principal, http_request: Request) -> web.StreamResponse:
+                return await handler(http_request, caller, params)
+
+            # The server's one set of in-flight limits (shared with gRPC), and this route's time limit.
             limit = self.limits.request_timeout_s + (self.limits.max_wait_s if route.waits else 0.0)
-            if self._inflight >= self.limits.max_concurrent_requests:
-                raise ApiError(Code.RESOURCE_EXHAUSTED, "too many requests in flight; retry later")
-            self._inflight += 1
-            try:
-                async with asyncio.timeout(limit):
-                    return await self._serve(route, params, request)
-            except TimeoutError:
-                raise ApiError(Code.CANCELLED, "request timeout expired") from None
-            finally:
-                self._inflight -= 1
+            response, _ = await self.unary.run(principal, serve, request, timeout=limit)
+            return response
         except ApiError as error:
             return error_response(HttpError.of(error))
         except HttpError as error:
@@ -598,7 +623,8 @@ class _Gateway:
         except Exception as exc:  # the router's refusals and other shards' answers; the rest is logged
             return error_response(HttpError.of(from_exception(exc)))
 
-    async def _serve(self, route: Route, params: dict[str, str], request: Request) -> web.StreamResponse:
+    def _authorize(self, route: Route, request: Request) -> Principal:
+        """The caller of an authenticated route, once it may make this request (ApiError otherwise)."""
         principal: Principal | None = None
         if route.authenticated:
             principal = self.auth.authenticate(request.headers.get("Authorization"), _cert_names(request))
@@ -607,8 +633,7 @@ class _Gateway:
         if principal is not None and route.role is not None:
             principal.require(route.role)
         self._check_query(route, request)
-        handler: Handler = getattr(self, route.handler)
-        return await handler(request, principal or _METRICS_LISTENER, params)
+        return principal or _METRICS_LISTENER
 
     @staticmethod
     def _check_query(route: Route, request: Request) -> None:
@@ -737,7 +762,7 @@ class _Gateway:
 
     async def openapi(self, request: Request, principal: Principal, params: dict[str, str]) -> web.Response:
         if self._document is None:
-            self._document = _dumps(openapi.document(self.limits))
+            self._document = _dumps(openapi.document(self.limits, self._resources))
         response = web.Response(body=self._document)
         response.content_type = JSON_TYPE
         return response
@@ -762,64 +787,6 @@ _METRICS_LISTENER = Principal(Role.METRICS, name="metrics listener")
 # ===================================================================================== listeners
 
 
-def _ssl_context(tls: TlsConfig) -> ssl.SSLContext:
-    """TLS for the main listener, on the same terms as the gRPC one: client certificates are
-    required when ``client_ca`` is configured."""
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(tls.cert, tls.key)
-    if tls.client_ca is not None:
-        context.load_verify_locations(tls.client_ca)
-        context.verify_mode = ssl.CERT_REQUIRED
-    context.set_alpn_protocols(["h2", "http/1.1"])
-    return context
-
-
-class ListenError(OSError):
-    """A listener could not bind its address; the message names it and the reason."""
-
-
-def _bind(addr: str) -> socket.socket:
-    host, port = parse_socket_addr(addr)
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise ListenError(f"cannot listen on {addr}: {exc.strerror or exc}") from None
-    sock.setblocking(False)
-    return sock
-
-
-def _format(sock: socket.socket) -> str:
-    host, port = sock.getsockname()[:2]
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-class _Listener:
-    """One listening socket. Each connection starts with a ``Demultiplexer``; HTTP/1.1 ones go to
-    aiohttp's low-level server (``web.Server`` is documented as a protocol factory for
-    ``loop.create_server``), HTTP/2 ones to an ``Http2Connection`` kept in ``http2``."""
-
-    def __init__(self, runner: web.ServerRunner) -> None:
-        self.runner = runner
-        self.server: asyncio.AbstractServer | None = None
-        self.http2: set[Http2Connection] = set()
-        self.undecided: set[Demultiplexer] = set()
-
-    async def close(self) -> None:
-        """Stop accepting, then let both protocols finish what runs within ``SHUTDOWN_TIMEOUT_S``:
-        aiohttp's runner for HTTP/1.1, GOAWAY and a wait for HTTP/2."""
-        if self.server is not None:
-            self.server.close()
-        for connection in list(self.undecided):
-            connection.close()
-        await asyncio.gather(self.runner.cleanup(),
-                             *(connection.shutdown(SHUTDOWN_TIMEOUT_S) for connection in list(self.http2)),
-                             return_exceptions=True)  # fmt: skip
-
-
 class HttpGateway:
     """The running HTTP listeners. ``address`` is ``host:port`` of ``server.http_addr`` (the
     bound port when it was 0), ``metrics_address`` that of ``server.metrics_addr`` if set."""
@@ -828,51 +795,39 @@ class HttpGateway:
         self.address = ""
         self.metrics_address: str | None = None
         self.scheme = "http"
-        self._listeners: list[_Listener] = []
+        self._listeners: list[Listener] = []
 
     @property
     def url(self) -> str:
         return f"{self.scheme}://{self.address}"
 
+    @property
+    def listeners(self) -> tuple[Listener, ...]:
+        """The main listener, then the metrics one when there is one."""
+        return tuple(self._listeners)
+
     async def _add(self, gateway: _Gateway, sock: socket.socket, context: ssl.SSLContext | None) -> None:
         from .telemetry import trace_http  # OpenTelemetry: a span per request, only when it is on
 
         # The same (traced) handler serves both protocols; it reads only what H2Request has too.
-        handler = trace_http(gateway.handle, gateway._match)
-        server = web.Server(handler, handler_cancellation=True, access_log=None)
-        runner = web.ServerRunner(server, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
-        await runner.setup()
-        listener = _Listener(runner)
+        listener = Listener(trace_http(gateway.handle, gateway._match), ConnectionBounds.of(gateway.limits))
         self._listeners.append(listener)
-        limits = Http2Limits(gateway.limits.max_concurrent_streams)
-
         loop = asyncio.get_running_loop()
 
-        def http2() -> Http2Connection:
-            connection = Http2Connection(cast(Http2Handler, handler), limits, listener.http2.discard)
-            listener.http2.add(connection)
-            return connection
-
-        def accept() -> Demultiplexer:
-            connection = Demultiplexer(server, http2, listener.undecided)
+        def accepted(connection: Connection) -> None:
             if not gateway.api.serving:
                 # A standby (or a node between leaderships) answers 503 and lets each connection go
                 # about a second after accepting it, so a client that retries reconnects and its
                 # load balancer picks a replica again, as on the gRPC listener.
                 loop.call_later(NOT_SERVING_LINGER_S, connection.retire, SHUTDOWN_TIMEOUT_S)
-            return connection
 
-        listener.server = await loop.create_server(accept, sock=sock, ssl=context, backlog=128)
+        await listener.start(sock, context, accepted)
 
     def retire_connections(self, after_s: float = 1.0) -> None:
-        """After ``after_s``, close every open connection gracefully (see ``http2.retire``): a
-        leader that steps down lets its clients go, so that they reconnect to the new leader."""
-        loop = asyncio.get_running_loop()
+        """After ``after_s``, close every open connection gracefully (see ``Connection.retire``):
+        a leader that steps down lets its clients go, so that they reconnect to the new leader."""
         for listener in self._listeners:
-            for demux in list(listener.undecided):
-                loop.call_later(after_s, demux.retire, SHUTDOWN_TIMEOUT_S)
-            for protocol in [*listener.runner.server.connections, *listener.http2]:  # type: ignore[union-attr]
-                loop.call_later(after_s, retire, protocol, SHUTDOWN_TIMEOUT_S)
+            listener.retire_all(after_s, SHUTDOWN_TIMEOUT_S)
 
     async def close(self) -> None:
         """Stop listening; requests still running get ``SHUTDOWN_TIMEOUT_S``, then are cancelled
@@ -884,31 +839,34 @@ class HttpGateway:
 
 
 async def start_http(api: Api, config: Config, *, authenticator: Authenticator | None = None,
-                     router: Router | None = None) -> HttpGateway:
+                     router: Router | None = None, unary: UnaryRunner | None = None) -> HttpGateway:  # fmt: skip
     """Serve the HTTP API on ``server.http_addr`` (TLS with ``[server.tls]``) and, when set,
     ``/metrics``, ``/healthz`` and ``/readyz`` without credentials on ``server.metrics_addr``.
+    ``unary`` bounds the requests in flight; pass the gRPC servicers' one, so the limits are
+    the server's.
 
     Raises ``ListenError`` (an ``OSError`` whose message names the address and the reason, e.g.
     "cannot listen on 127.0.0.1:7071: Address already in use") when a listener cannot bind.
     """
     auth = authenticator if authenticator is not None else Authenticator(config.auth)
+    unary = unary if unary is not None else UnaryRunner(config.limits)
     server = config.server
     guard = not auth.enabled and not server.insecure_no_auth
     gateway = HttpGateway()
-    sockets = [_bind(server.http_addr)]
+    sockets = [bind(server.http_addr)]
     try:
         if server.metrics_addr is not None:
-            sockets.append(_bind(server.metrics_addr))
-        context = _ssl_context(server.tls) if server.tls is not None else None
-        main = _Gateway(api, config, auth, ROUTES, guard_host=guard, router=router)
+            sockets.append(bind(server.metrics_addr))
+        context = ssl_context(server.tls) if server.tls is not None else None
+        main = _Gateway(api, config, auth, ROUTES, guard_host=guard, router=router, unary=unary)
         await gateway._add(main, sockets[0], context)
-        gateway.address = _format(sockets[0])
+        gateway.address = format_address(sockets[0])
         if context is not None:
             gateway.scheme = "https"
         if len(sockets) > 1:
-            metrics = _Gateway(api, config, auth, METRICS_ROUTES, guard_host=False, router=router)
+            metrics = _Gateway(api, config, auth, METRICS_ROUTES, guard_host=False, router=router, unary=unary)
             await gateway._add(metrics, sockets[1], None)
-            gateway.metrics_address = _format(sockets[1])
+            gateway.metrics_address = format_address(sockets[1])
     except BaseException:
         await gateway.close()
         for sock in sockets:

@@ -1,19 +1,19 @@
 """HTTP/2 for the HTTP/JSON gateway: h2c with prior knowledge on a plain listener, ``h2`` chosen
-by ALPN on a TLS listener, next to aiohttp's HTTP/1.1 on the same socket.
+by ALPN on a TLS listener, next to aiohttp's HTTP/1.1 on the same socket (``http_listen`` picks
+the protocol of each connection; ``Upgrade: h2c`` on HTTP/1.1 is ignored, which RFC 9113 allows).
 
 aiohttp has no HTTP/2 server, so this module does the framing with the ``h2`` library and hands
 each stream to the same request handler the HTTP/1.1 side uses. The pieces:
 
-- ``Demultiplexer``: the protocol every accepted connection starts with. With TLS it follows the
-  ALPN result; otherwise (and for TLS clients that did not negotiate) it reads until the first
-  bytes either are the HTTP/2 connection preface or cannot be, then replaces itself on the
-  transport with an ``Http2Connection`` or with aiohttp's HTTP/1.1 protocol, replaying what it
-  read. ``Upgrade: h2c`` on HTTP/1.1 is ignored (HTTP/1.1 answers it), which RFC 9113 allows.
 - ``Http2Connection``: one HTTP/2 connection. Every stream runs the handler in a task of its own;
   a reset stream cancels its task, a lost connection cancels all. Request bodies are credited
   back to the peer's flow-control window only as the handler reads them, so a connection holds
   at most one window of unread body. ``shutdown`` sends GOAWAY, lets running streams finish
-  within a timeout, then cancels the rest.
+  within a timeout, then cancels the rest. What a client may cost is bounded (``Http2Limits``):
+  streams whose handlers still run (reset ones included), stream resets, pings and SETTINGS
+  per second (GOAWAY ``ENHANCE_YOUR_CALM`` past the rate: "rapid reset"), the header list, time
+  before the first request and between requests, and time an answer may wait for a window the
+  client keeps at zero.
 - ``H2Request``: what the gateway reads of a request (method, headers, ``rel_url``, ``path``,
   ``content_length``, ``content.readany()``, ``transport`` for the client certificate), plus
   ``send_continue`` for ``expect: 100-continue``.
@@ -26,9 +26,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import socket
-import ssl
+import struct
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from email.utils import formatdate
@@ -45,9 +47,13 @@ from hyperframe.frame import GoAwayFrame
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-__all__ = ["PREFACE", "Demultiplexer", "H2Request", "Http2Connection", "Http2Limits", "retire"]
+__all__ = ["PREFACE", "H2Request", "Http2Connection", "Http2Limits", "reset", "retire"]
 
 log = logging.getLogger("cronoq.server")
+
+# hpack logs every header it encodes or decodes at DEBUG, authorization values included: whatever
+# level the process logs at, a credential must not reach a log line that way.
+logging.getLogger("hpack").setLevel(logging.INFO)
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 """The first bytes of every HTTP/2 connection (RFC 9113, 3.4)."""
@@ -58,8 +64,12 @@ default, so both protocols treat idle clients alike)."""
 
 _STREAM_WINDOW = 256 * 1024
 _CONNECTION_WINDOW = 1024 * 1024
-_MAX_HEADER_LIST = 64 * 1024
 _DRAIN_LIMIT = 32 * 1024 * 1024
+_READ_SLICE = 8 * 1024
+"""Bytes handed to h2 at once (see ``data_received``)."""
+_MAX_UNSENT = 1024 * 1024
+"""Bytes written for a client that does not read (control frames h2 answers on its own, such
+as PING and SETTINGS acknowledgements) past which the connection is dropped."""
 
 # Connection-specific fields are forbidden in HTTP/2 (RFC 9113, 8.2.2).
 _HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"})
@@ -69,6 +79,10 @@ Handler = Callable[["H2Request"], Awaitable[web.StreamResponse]]
 
 class StreamGone(Exception):
     """The stream was reset by the client or its connection closed while the body was read."""
+
+
+class StreamStalled(Exception):
+    """The client kept the stream's flow-control window at zero for too long."""
 
 
 # ======================================================================================= requests
@@ -171,11 +185,80 @@ class H2Request:
 
 
 class Http2Limits:
-    """What an HTTP/2 connection announces and enforces."""
+    """What an HTTP/2 connection announces and enforces (``[limits]`` keys of the same meaning)."""
 
-    def __init__(self, max_concurrent_streams: int, idle_timeout_s: float = IDLE_TIMEOUT_S) -> None:
+    def __init__(self, max_concurrent_streams: int, idle_timeout_s: float = IDLE_TIMEOUT_S, *,
+                 first_request_timeout_s: float = 10.0, max_resets_per_s: int = 100,
+                 write_stall_timeout_s: float = 30.0, max_header_bytes: int = 16384,
+                 max_headers: int = 100) -> None:  # fmt: skip
         self.max_concurrent_streams = max_concurrent_streams
         self.idle_timeout_s = idle_timeout_s
+        self.first_request_timeout_s = first_request_timeout_s
+        """The first request must arrive this soon after the connection opened."""
+        self.max_resets_per_s = max_resets_per_s
+        """Stream resets, pings and SETTINGS frames per second (and as many at once)."""
+        self.write_stall_timeout_s = write_stall_timeout_s
+        self.max_header_bytes = max_header_bytes
+        self.max_headers = max_headers
+
+
+class _ControlFrames:
+    """Counts the frames that cost work without asking for an answer — RST_STREAM, and PING and
+    SETTINGS that are not acknowledgements — by reading frame headers only, so a flood is caught
+    before h2 parses it (h2 spends about 0.1 ms on each HEADERS frame)."""
+
+    __slots__ = ("_head", "_skip")
+
+    def __init__(self) -> None:
+        self._skip = len(PREFACE)
+        """Bytes still to pass over: the preface, then the payload of the frame in progress."""
+        self._head = b""
+        """The first bytes of a frame header split between reads."""
+
+    def count(self, data: bytes) -> int:
+        found = 0
+        offset, size = 0, len(data)
+        while offset < size:
+            if self._skip:
+                step = min(self._skip, size - offset)
+                self._skip -= step
+                offset += step
+                continue
+            need = 9 - len(self._head)
+            header = self._head + data[offset : offset + need]
+            offset += len(header) - len(self._head)
+            if len(header) < 9:
+                self._head = header
+                break
+            self._head = b""
+            kind, flags = header[3], header[4]
+            if kind == _RST_STREAM or (kind in _ACKABLE and not flags & _ACK_FLAG):
+                found += 1
+            self._skip = int.from_bytes(header[:3], "big")
+        return found
+
+
+_RST_STREAM = 0x3
+_ACKABLE = frozenset({0x4, 0x6})  # SETTINGS, PING
+_ACK_FLAG = 0x1
+
+
+class _Budget:
+    """A token bucket: ``rate`` per second, at most ``rate`` saved up."""
+
+    __slots__ = ("_at", "_left", "_rate")
+
+    def __init__(self, rate: int) -> None:
+        self._rate = float(rate)
+        self._left = float(rate)
+        self._at = time.monotonic()
+
+    def spend(self, count: int = 1) -> bool:
+        """Take ``count``; False when the bucket is overdrawn."""
+        now = time.monotonic()
+        self._left = min(self._rate, self._left + (now - self._at) * self._rate) - count
+        self._at = now
+        return self._left >= 0
 
 
 class _Stream:
@@ -216,6 +299,13 @@ class Http2Connection(asyncio.Protocol):
         self._idle_timer: asyncio.TimerHandle | None = None
         self._all_done: asyncio.Event = asyncio.Event()
         self._all_done.set()
+        self._served_any = False
+        self._control_budget = _Budget(limits.max_resets_per_s)
+        self._control_frames = _ControlFrames()
+        self._reset_in_batch: set[int] = set()
+        """Streams the client reset within the bytes being handled: never started."""
+        self._overdrawn = False
+        """Streams were refused faster than ``max_resets_per_s`` (see ``_start_stream``)."""
 
     # ------------------------------------------------------------------------ asyncio protocol
 
@@ -228,30 +318,66 @@ class Http2Connection(asyncio.Protocol):
         self._h2.local_settings = h2.settings.Settings(client=False, initial_values={
             h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: self._limits.max_concurrent_streams,
             h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: _STREAM_WINDOW,
-            h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: _MAX_HEADER_LIST,
+            h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: self._limits.max_header_bytes,
         })  # fmt: skip
         self._h2.initiate_connection()
+        # h2 applies a header list limit only once the client acknowledges it; a client that never
+        # does must not get more room for that, so it holds from the first frame on.
+        self._h2.decoder.max_header_list_size = self._limits.max_header_bytes
         self._h2.increment_flow_control_window(_CONNECTION_WINDOW - 65535)
         self._flush()
         self._arm_idle_timer()
 
     def data_received(self, data: bytes) -> None:
-        if self._closed:
-            return
+        # A read can hold thousands of frames; h2 parses all it is given before answering, so it
+        # is given a slice at a time and a flood is stopped within one slice of the budget.
+        view = memoryview(data)
+        for start in range(0, len(data), _READ_SLICE):
+            if self._closed or not self._receive(view[start : start + _READ_SLICE].tobytes()):
+                return
+        self._flush()
+
+    def _receive(self, data: bytes) -> bool:
+        """Handle some bytes from the client; False once the connection is being closed.
+
+        Resets, pings and SETTINGS cost work and answer nothing: past their rate the client is
+        told to calm down and let go, before h2 parses them."""
+        control = self._control_frames.count(data)
+        if control and not self._control_budget.spend(control):
+            self._calm_down()
+            return False
         try:
             events = self._h2.receive_data(data)
         except h2.exceptions.ProtocolError as exc:
-            # h2 has queued a GOAWAY with the error code; send it and hang up.
-            log.debug("http2: protocol error from the client: %s", exc)
+            # h2 has queued a GOAWAY with the error code; send it and hang up. The message is not
+            # logged: it may quote a header the client sent (a credential, say).
+            log.debug("http2: protocol error from the client (%s)", type(exc).__name__)
             self._flush()
             self._close_transport()
-            return
-        for event in events:
-            try:
-                self._dispatch(event)
-            except h2.exceptions.H2Error as exc:  # e.g. refusing a stream the client already closed
-                log.debug("http2: %s while handling %s", exc, type(event).__name__)
+            return False
+        # A stream opened and reset in the same bytes is never started.
+        self._reset_in_batch.update(event.stream_id for event in events if isinstance(event, h2.events.StreamReset))
+        try:
+            for event in events:
+                try:
+                    self._dispatch(event)
+                except h2.exceptions.H2Error as exc:  # e.g. refusing a stream the client already closed
+                    log.debug("http2: %s while handling %s", type(exc).__name__, type(event).__name__)
+                if self._overdrawn:
+                    self._calm_down()
+                    return False
+        finally:
+            self._reset_in_batch.clear()
+        return True
+
+    def _calm_down(self) -> None:
+        """GOAWAY(ENHANCE_YOUR_CALM) and close: the client floods the connection with frames."""
+        log.debug("http2: a client sent resets, pings or SETTINGS faster than %d/s; closing",
+                  self._limits.max_resets_per_s)  # fmt: skip
+        with contextlib.suppress(h2.exceptions.H2Error):
+            self._h2.close_connection(error_code=ErrorCodes.ENHANCE_YOUR_CALM)
         self._flush()
+        self._close_transport()
 
     def eof_received(self) -> bool | None:
         return None  # close our side too; streams are cancelled in connection_lost
@@ -306,8 +432,18 @@ class Http2Connection(asyncio.Protocol):
 
     def _start_stream(self, event: h2.events.RequestReceived) -> None:
         stream_id = event.stream_id
-        if self._going_away and stream_id > self._last_stream_id:
+        if stream_id in self._reset_in_batch:
+            return  # opened and reset at once: nothing to answer
+        refused = self._going_away and stream_id > self._last_stream_id
+        if refused or len(self._streams) >= self._limits.max_concurrent_streams:
+            # Past GOAWAY; or as many handlers still run as streams are allowed (streams the client
+            # reset count until their handlers have ended, so resetting does not make room). Each
+            # refusal spends from the same budget as the client's resets.
+            self._overdrawn = not self._control_budget.spend()
             self._h2.reset_stream(stream_id, ErrorCodes.REFUSED_STREAM)
+            return
+        if len(event.headers or ()) > self._limits.max_headers + 4:  # the pseudo-headers come on top
+            self._answer_at_once(stream_id, 431, f"more than {self._limits.max_headers} header fields")
             return
         pseudo: dict[str, str] = {}
         headers: CIMultiDict[str] = CIMultiDict()
@@ -343,7 +479,17 @@ class Http2Connection(asyncio.Protocol):
         if self._idle_timer is not None:
             self._idle_timer.cancel()
             self._idle_timer = None
+        self._served_any = True
         stream.task = self._loop.create_task(self._serve(stream))
+
+    def _answer_at_once(self, stream_id: int, status: int, message: str) -> None:
+        """A JSON error answer for a stream refused before any handler ran."""
+        code = {431: "request_header_fields_too_large"}.get(status, "bad_request")
+        body = json.dumps({"error": message, "code": code}, separators=(",", ":")).encode()
+        headers = [(":status", str(status)), ("content-type", "application/json"),
+                   ("content-length", str(len(body)))]  # fmt: skip
+        self._h2.send_headers(stream_id, headers)
+        self._h2.send_data(stream_id, body, end_stream=True)
 
     def _reset_by_client(self, stream_id: int) -> None:
         stream = self._streams.get(stream_id)
@@ -365,6 +511,8 @@ class Http2Connection(asyncio.Protocol):
             pass  # reset by the client, the connection closed, or shutdown ran out of time
         except (StreamGone, h2.exceptions.StreamClosedError):
             pass
+        except StreamStalled:
+            log.debug("http2: stream %d: the client kept its window at zero; reset", stream.stream_id)
         except Exception:
             log.exception("http2: stream %d failed", stream.stream_id)
             with contextlib.suppress(h2.exceptions.H2Error):
@@ -400,7 +548,11 @@ class Http2Connection(asyncio.Protocol):
         while offset < len(data):
             window = min(self._h2.local_flow_control_window(stream.stream_id), self._h2.max_outbound_frame_size)
             if window <= 0:
-                await self._window_opened()
+                try:
+                    async with asyncio.timeout(self._limits.write_stall_timeout_s):
+                        await self._window_opened()
+                except TimeoutError:
+                    raise StreamStalled from None
                 continue
             chunk = view[offset : offset + window]
             offset += len(chunk)
@@ -495,15 +647,23 @@ class Http2Connection(asyncio.Protocol):
 
     def _flush(self) -> None:
         data = self._h2.data_to_send()
-        if data and self._transport is not None and not self._transport.is_closing():
-            self._transport.write(data)
+        transport = self._transport
+        if data and transport is not None and not transport.is_closing():
+            transport.write(data)
+            # Answers wait for the client to read (``_drain``); acknowledgements h2 writes on its
+            # own do not, so a client that sends pings and never reads is dropped here.
+            if self._writing_paused and transport.get_write_buffer_size() > _MAX_UNSENT:
+                log.debug("http2: a client does not read what it asks for; closing")
+                reset(transport)
 
     # ------------------------------------------------------------------------ closing
 
     def _arm_idle_timer(self) -> None:
         if self._idle_timer is not None:
             self._idle_timer.cancel()
-        self._idle_timer = self._loop.call_later(self._limits.idle_timeout_s, self._idle)
+        limits = self._limits
+        timeout = limits.idle_timeout_s if self._served_any else limits.first_request_timeout_s
+        self._idle_timer = self._loop.call_later(timeout, self._idle)
 
     def _idle(self) -> None:
         self._idle_timer = None
@@ -551,81 +711,14 @@ def _text(raw: bytes | str) -> str:
     return raw.decode("utf-8", "surrogateescape") if isinstance(raw, bytes) else raw
 
 
-# ==================================================================================== demultiplexing
-
-
-class Demultiplexer(asyncio.Protocol):
-    """The first protocol of every accepted connection: picks HTTP/2 or HTTP/1.1 and hands the
-    transport (and the bytes read so far) to it."""
-
-    def __init__(self, http1: Callable[[], asyncio.Protocol], http2: Callable[[], asyncio.Protocol],
-                 pending: set[Demultiplexer], idle_timeout_s: float = IDLE_TIMEOUT_S) -> None:  # fmt: skip
-        self._http1 = http1
-        self._http2 = http2
-        self._pending = pending
-        self._idle_timeout_s = idle_timeout_s
-        self._transport: asyncio.Transport | None = None
-        self._buffer = b""
-        self._timer: asyncio.TimerHandle | None = None
-        self._protocol: asyncio.Protocol | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass it
-        ssl_object: ssl.SSLObject | ssl.SSLSocket | None = transport.get_extra_info("ssl_object")
-        if ssl_object is not None and ssl_object.selected_alpn_protocol() == "h2":
-            self._switch(self._http2)
-            return
-        # Plain, or TLS without ALPN h2: the first bytes tell. A client that sends nothing is
-        # closed after the idle timeout, as aiohttp does.
-        self._pending.add(self)
-        self._timer = asyncio.get_running_loop().call_later(self._idle_timeout_s, self.close)
-
-    def data_received(self, data: bytes) -> None:
-        self._buffer += data
-        if self._buffer.startswith(PREFACE):
-            self._switch(self._http2)
-        elif not PREFACE.startswith(self._buffer):
-            self._switch(self._http1)
-        # else: a strict prefix of the preface so far; wait for more
-
-    def eof_received(self) -> bool | None:
-        return None
-
-    def connection_lost(self, exc: BaseException | None) -> None:
-        self._forget()
-
-    def close(self) -> None:
-        """Hang up on a connection that has not said which protocol it speaks."""
-        self._forget()
-        if self._transport is not None:
-            self._transport.close()
-
-    def retire(self, grace_s: float) -> None:
-        """Close this connection without cutting an answer short: an undecided one at once,
-        HTTP/1.1 once the request in progress is answered, HTTP/2 with GOAWAY (streams already
-        open get ``grace_s`` to finish)."""
-        protocol = self._protocol
-        if protocol is None:
-            self.close()
-        else:
-            retire(protocol, grace_s)
-
-    def _forget(self) -> None:
-        self._pending.discard(self)
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-
-    def _switch(self, factory: Callable[[], asyncio.Protocol]) -> None:
-        self._forget()
-        transport = self._transport
-        assert transport is not None
-        protocol = self._protocol = factory()
-        transport.set_protocol(protocol)
-        protocol.connection_made(transport)
-        if self._buffer and not transport.is_closing():
-            buffered, self._buffer = self._buffer, b""
-            protocol.data_received(buffered)
+def reset(transport: asyncio.Transport) -> None:
+    """Drop a connection at once: RST, and whatever is still buffered for the client (in the
+    process and in the kernel) is thrown away instead of waiting for a reader that never comes."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    transport.abort()
 
 
 _retiring: set[asyncio.Task[None]] = set()
@@ -634,7 +727,7 @@ _retiring: set[asyncio.Task[None]] = set()
 
 def retire(protocol: asyncio.Protocol, grace_s: float) -> None:
     """Gracefully close a served connection, whichever protocol it speaks (see
-    ``Demultiplexer.retire``): ``shutdown`` of an ``Http2Connection`` or of aiohttp's HTTP/1.1
+    ``http_listen.Connection.retire``): ``shutdown`` of an ``Http2Connection`` or of aiohttp's HTTP/1.1
     handler (which answers the request in progress within ``grace_s``, then closes)."""
     shutdown = getattr(protocol, "shutdown", None)
     if not callable(shutdown):

@@ -76,8 +76,24 @@ def test_limits_defaults() -> None:
     assert limits.max_list == 1000
 
 
-def test_limits_has_the_21_published_keys() -> None:
-    assert len(LimitsConfig.__dataclass_fields__) == 21
+LISTENER_LIMITS = {
+    "max_connections": 4096,
+    "max_concurrent_requests_per_caller": 256,
+    "header_timeout_s": 10.0,
+    "idle_timeout_s": 300.0,
+    "max_header_bytes": 16384,
+    "max_headers": 100,
+    "max_stream_resets_per_s": 100,
+    "write_stall_timeout_s": 30.0,
+}
+"""Keys of ours beside the published ones: the bounds of the listeners (issue 14)."""
+
+
+def test_limits_has_the_21_published_keys_plus_the_listener_bounds() -> None:
+    names = list(LimitsConfig.__dataclass_fields__)
+    assert len(names) == 21 + len(LISTENER_LIMITS)
+    limits = LimitsConfig()
+    assert {name: getattr(limits, name) for name in LISTENER_LIMITS} == LISTENER_LIMITS
 
 
 def test_pool_defaults() -> None:

@@ -27,7 +27,6 @@ from tests.server.harness import (
 FAST_RETRY = "retry = { max_attempts = 2, initial_backoff_s = 0.02, max_backoff_s = 0.05 }"
 
 
-
 POOLS_TOML = f"""
 [[pools]]
 name = "default"
@@ -136,11 +135,37 @@ async def request(session: aiohttp.ClientSession, method: str, path: str, **kwar
         return response.status, text
 
 
+def process_config(limits: str = "", *, metrics: bool = False, extra: str = "") -> str:
+    """A configuration for an ``HttpServerProcess``: both listeners (and the metrics one when
+    ``metrics``) on fresh ports, every kind of token, pools ``default`` and ``other``; ``limits``
+    goes into ``[limits]``, ``extra`` at the end (more pools, resources, a store)."""
+    metrics_addr = 'metrics_addr = "127.0.0.1:{metrics_port}"' if metrics else ""
+    return f"""
+[server]
+grpc_addr = "127.0.0.1:{{port}}"
+http_addr = "127.0.0.1:{{http_port}}"
+{metrics_addr}
+shutdown_grace_s = 0.5
+
+[limits]
+{limits}
+
+{TOKENS_TOML}
+[[pools]]
+name = "default"
+
+[[pools]]
+name = "other"
+{extra}
+"""
+
+
 class HttpServerProcess(ServerProcess):
-    """A ``cronoq-server`` process whose configuration may also name ``{http_port}``: a fresh
-    random port on every start attempt, like ``{port}`` for gRPC."""
+    """A ``cronoq-server`` process whose configuration may also name ``{http_port}`` and
+    ``{metrics_port}``: fresh random ports on every start attempt, like ``{port}`` for gRPC."""
 
     http_port = 0
+    metrics_port = 0
 
     @property
     def http_url(self) -> str:
@@ -148,9 +173,12 @@ class HttpServerProcess(ServerProcess):
 
     def _spawn(self) -> None:
         self.http_port = random.randint(20000, 59999)
+        self.metrics_port = random.randint(20000, 59999)
         template = self.config_template
         if template is not None:
-            self.config_template = template.replace("{http_port}", str(self.http_port))
+            self.config_template = template.replace("{http_port}", str(self.http_port)).replace(
+                "{metrics_port}", str(self.metrics_port)
+            )
         try:
             super()._spawn()
         finally:

@@ -660,51 +660,6 @@ role = "metrics"
                 await request(http, "GET", "/healthz")  # no client certificate: no handshake
 
 
-# ------------------------------------------------------------------------ property-based check
-
-
-async def test_the_live_gateway_keeps_to_its_openapi_document() -> None:
-    """Schemathesis sends schema-valid and schema-violating requests to every operation; every
-    answer must be documented (status, media type, headers, body schema), no 500s, credentials
-    required where declared, and other methods answered with 405."""
-    schemathesis = pytest.importorskip("schemathesis")
-    from hypothesis import HealthCheck, given, settings
-    from schemathesis import GenerationMode
-    from schemathesis.checks import (
-        content_type_conformance,
-        ignored_auth,
-        not_a_server_error,
-        response_headers_conformance,
-        response_schema_conformance,
-        status_code_conformance,
-        unsupported_method,
-    )
-
-    # Schema-valid data is not always acceptable (cross-field rules such as "payload or
-    # payload_b64", unknown pools), so positive_data_acceptance is not among the checks.
-    checks = [ignored_auth, unsupported_method, not_a_server_error, status_code_conformance, content_type_conformance,
-              response_headers_conformance, response_schema_conformance]  # fmt: skip
-    config = Config.parse(config_text(max_wait_s=0.1, limits="max_http_body_bytes = 65536"))
-    async with serve(config) as gw:
-        headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-
-        def explore(mode: object) -> None:
-            schema = schemathesis.openapi.from_dict(document(config.limits))
-
-            @settings(max_examples=300, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-            @given(case=schema.as_strategy(mode))
-            def check(case: object) -> None:
-                response = case.call(base_url=gw.url, headers=headers)  # type: ignore[attr-defined]
-                # A 504 is the documented answer to a wait that ran out, not a server fault.
-                chosen = [c for c in checks if not (c is not_a_server_error and response.status_code == 504)]
-                case.validate_response(response, headers=headers, checks=chosen)  # type: ignore[attr-defined]
-
-            check()
-
-        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
-            await asyncio.to_thread(explore, mode)
-
-
 # ------------------------------------------------------------------------ a real server process
 
 

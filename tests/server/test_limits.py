@@ -1,7 +1,9 @@
 """Issue 5's limits, each against a real ``cronoq-server`` process over real gRPC and HTTP:
 
 - a unary call that outlives ``max_wait_s + request_timeout_s`` ends CANCELLED (gRPC) / 504 (HTTP);
-- calls beyond ``max_concurrent_requests`` get RESOURCE_EXHAUSTED (gRPC) / 429 (HTTP);
+- calls beyond ``max_concurrent_requests`` get RESOURCE_EXHAUSTED (gRPC) / 429 (HTTP), and so do a
+  credential's calls beyond ``max_concurrent_requests_per_caller``, while other credentials are
+  still served (both transports share the counts);
 - a Watch whose reader stops reading ends with DATA_LOSS once the server's buffer is full;
 - a pool with a ``webhook`` scaler POSTs its desired worker count to a real HTTP receiver.
 
@@ -26,10 +28,11 @@ from aiohttp import web
 
 from cronoq.proto import cronoq_pb2 as pb
 from cronoq.proto import cronoq_pb2_grpc as pbg
-from tests.server.harness import CLIENT_TOKEN, TOKENS_TOML
-from tests.server.http_support import HttpServerProcess
+from tests.server.harness import ADMIN_TOKEN, CLIENT_TOKEN, TENANT_TOKEN
+from tests.server.http_support import HttpServerProcess, process_config
 
 CLIENT = (("authorization", f"Bearer {CLIENT_TOKEN}"),)
+ADMIN = (("authorization", f"Bearer {ADMIN_TOKEN}"),)
 HTTP_CLIENT = {"authorization": f"Bearer {CLIENT_TOKEN}"}
 
 # How long a test may wait for an outcome before it is declared broken (never a pass criterion).
@@ -37,28 +40,8 @@ PATIENCE_S = 30.0
 
 
 def config(limits: str = "", pools: str = "") -> str:
-    return f"""
-[server]
-grpc_addr = "127.0.0.1:{{port}}"
-http_addr = "127.0.0.1:{{http_port}}"
-shutdown_grace_s = 0.5
-
-[limits]
-{limits}
-
-{TOKENS_TOML}
-[[pools]]
-name = "default"
-
-[[pools]]
-name = "other"
-
-[[pools]]
-name = "full"
-max_pending = 1
-overflow = "wait"
-{pools}
-"""
+    full = '\n[[pools]]\nname = "full"\nmax_pending = 1\noverflow = "wait"\n'
+    return process_config(limits, extra=full + pools)
 
 
 @contextlib.asynccontextmanager
@@ -134,53 +117,101 @@ async def test_a_call_past_max_wait_plus_request_timeout_is_cancelled(tmp_path: 
 # ------------------------------------------------------------------------ concurrency limit
 
 
-async def test_calls_beyond_max_concurrent_requests_are_refused(tmp_path: Path) -> None:
-    text = config(limits="max_concurrent_requests = 1")
+async def test_one_credential_cannot_take_every_request_slot(tmp_path: Path) -> None:
+    """``max_concurrent_requests_per_caller``: gRPC and HTTP calls of one credential share its
+    slots (one ``UnaryRunner``), and a flood of it leaves room for every other credential."""
+    text = config(limits="max_concurrent_requests = 4\nmax_concurrent_requests_per_caller = 1")
     async with server_process(tmp_path, text) as server, tasks_stub(server) as stub, aiohttp.ClientSession() as http:
         url = server.http_url
         blocker = await fill(stub)
 
-        # gRPC: a Submit waiting for space holds the only request slot; a Get is refused ...
+        # The client token's only slot is held by a gRPC Submit waiting for space ...
         async def hold_grpc() -> Any:
             try:
                 return await stub.Submit(pb.SubmitRequest(task=task("full")), metadata=CLIENT, timeout=PATIENCE_S)
             except grpc.aio.AioRpcError as error:
                 return error
 
-        async def probe_grpc() -> grpc.aio.AioRpcError | None:
-            try:
-                await stub.Get(pb.GetRequest(task=pb.TaskRef(id=blocker)), metadata=CLIENT, timeout=PATIENCE_S)
-            except grpc.aio.AioRpcError as error:
-                return error
-            return None
-
-        held, refused = await hold_then_probe(hold_grpc, probe_grpc, _grpc_refusal)
-        assert refused.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-        assert "too many requests in flight" in (refused.details() or "")
-        # ... until a cancellation over HTTP (counted apart) makes room and the Submit goes through.
-        status, body = await http_json(http, "DELETE", f"{url}/v1/tasks/{blocker}")
-        assert (status, body) == (200, {"cancelled": True})
-        admitted = await asyncio.wait_for(held, PATIENCE_S)
-        assert isinstance(admitted, pb.SubmitResponse) and admitted.id > blocker, admitted
-        assert await probe_grpc() is None  # the slot is free again
-
-        # HTTP: a submission waiting for space holds the gateway's only slot; cancel over gRPC.
-        async def hold_http() -> tuple[int, Any]:
-            return await http_json(http, "POST", f"{url}/v1/tasks", json={"pool": "full"})
-
         async def probe_http() -> tuple[int, Any] | None:
             status, body = await http_json(http, "GET", f"{url}/v1/tasks?pool=full")
             return None if status == 200 else (status, body)
 
-        http_held, (status, body) = await hold_then_probe(hold_http, probe_http, lambda answer: answer[0] == 429)
+        held, (status, body) = await hold_then_probe(hold_grpc, probe_http, _grpc_refusal)
+        # ... so its HTTP requests are refused too, with a message saying whose limit it is ...
         assert (status, body["code"]) == (429, "too_many_requests")
+        assert "for this credential" in body["error"]
+        # ... while another credential is served at once, over either transport.
+        other = (("authorization", f"Bearer {TENANT_TOKEN}"),)
+        info = await stub.Get(pb.GetRequest(task=pb.TaskRef(id=blocker)), metadata=other, timeout=PATIENCE_S)
+        assert info.id == blocker
+        async with http.delete(f"{url}/v1/tasks/{blocker}", headers={"authorization": f"Bearer {ADMIN_TOKEN}"}) as r:
+            assert (r.status, await r.json()) == (200, {"cancelled": True})
+        admitted = await asyncio.wait_for(held, PATIENCE_S)
+        assert isinstance(admitted, pb.SubmitResponse) and admitted.id > blocker, admitted
+        assert await probe_http() is None  # the slot is free again
+
+
+async def test_calls_beyond_max_concurrent_requests_are_refused(tmp_path: Path) -> None:
+    """The server-wide limit counts gRPC and HTTP together, whoever the callers are."""
+    text = config(limits="max_concurrent_requests = 2")
+    async with (
+        server_process(tmp_path, text) as server,
+        tasks_stub(server) as stub,
+        aiohttp.ClientSession() as http,
+        grpc.aio.insecure_channel(server.address) as channel,
+    ):
+        url = server.http_url
+        await fill(stub)
+        admin = pbg.AdminStub(channel)
+
+        # One slot is held over HTTP by the client token, the other over gRPC by a tenant's token ...
+        async def hold_http() -> tuple[int, Any]:
+            return await http_json(http, "POST", f"{url}/v1/tasks", json={"pool": "full"})
+
+        async def hold_grpc() -> Any:
+            tenant = (("authorization", f"Bearer {TENANT_TOKEN}"),)
+            return await stub.Submit(pb.SubmitRequest(task=task("full")), metadata=tenant, timeout=PATIENCE_S)
+
+        async def probe() -> grpc.aio.AioRpcError | None:
+            try:
+                await admin.Snapshot(pb.Empty(), metadata=ADMIN, timeout=PATIENCE_S)
+            except grpc.aio.AioRpcError as error:
+                return error
+            return None
+
+        holds, refused = await hold_all_then_probe([hold_http, hold_grpc], probe)
+        # ... so a third credential is refused with the server-wide message.
+        assert refused.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert refused.details() == "too many requests in flight; retry later"
         async with http.get(f"{url}/healthz") as health:
             assert health.status == 200  # probes are not counted
-        cancelled = await stub.Cancel(pb.CancelRequest(task=pb.TaskRef(id=admitted.id)), metadata=CLIENT,
-                                      timeout=PATIENCE_S)  # fmt: skip
-        assert cancelled.cancelled
-        status, body = await asyncio.wait_for(http_held, PATIENCE_S)
-        assert status == 200 and int(body["id"]) > admitted.id, body
+        # Calls that end give their slots back.
+        for held in holds:
+            held.cancel()
+        await asyncio.gather(*holds, return_exceptions=True)
+        for _ in range(100):
+            if await probe() is None:
+                break
+            await asyncio.sleep(0.05)
+        assert await probe() is None
+
+
+async def hold_all_then_probe(holds: list[Callable[[], Awaitable[Any]]], probe: Callable[[], Awaitable[Any]],
+                              ) -> tuple[list[asyncio.Future[Any]], Any]:  # fmt: skip
+    """Start requests that stay in flight, then ``probe`` until it is refused: ``(the held
+    requests, the probe's refusal)``. A held request that ends (a probe took its slot for a
+    moment) starts the round again."""
+    for _ in range(100):
+        started = [asyncio.ensure_future(hold()) for hold in holds]
+        while not any(held.done() for held in started):
+            refusal = await probe()
+            if refusal is not None and not any(held.done() for held in started):
+                return started, refusal
+            await asyncio.sleep(0.01)
+        for held in started:
+            held.cancel()
+        await asyncio.gather(*started, return_exceptions=True)
+    raise AssertionError("the probe was never refused while the requests were held")
 
 
 def _grpc_refusal(answer: Any) -> bool:

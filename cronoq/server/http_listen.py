@@ -1,0 +1,459 @@
+"""The listening side of the HTTP gateway: sockets, and what every connection is held to before
+(and while) a request reaches the gateway's handler.
+
+A ``Listener`` owns one socket. Each accepted connection is a ``Connection``, which stays the
+transport's protocol for the connection's whole life and passes bytes on to the protocol it
+picked: aiohttp's HTTP/1.1 handler (``Http1Handler``) or ``http2.Http2Connection``. With TLS
+the ALPN result decides; otherwise the first bytes do (the HTTP/2 preface or not).
+
+What a connection is held to, whoever sent it (none of it needs credentials):
+
+- ``limits.max_connections`` open connections per listener; more are closed as they arrive.
+- ``limits.header_timeout_s`` to say which protocol it speaks and deliver a complete request
+  head (HTTP/1.1: from the first byte of each request; HTTP/2: its first request), and to
+  finish a TLS handshake. A slow sender ("slowloris") is cut off then (408 when it had begun).
+- ``limits.max_header_bytes`` for a request head and ``limits.max_headers`` header fields
+  (431 / 400), checked while the bytes arrive.
+- ``limits.idle_timeout_s`` without a request in progress, then closed.
+- ``limits.write_stall_timeout_s`` with its answer unread (the socket's buffer full), then cut.
+- HTTP/2 streams have their own bounds (``http2.Http2Limits``: resets per second, zero windows).
+
+Refusals of malformed HTTP/1.1 are answered ``{"error", "code"}`` like every other error and
+logged at debug level without the offending bytes, which may hold a credential.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import http
+import json
+import logging
+import re
+import socket
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, cast
+
+from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError, LineTooLong
+
+from cronoq.config import LimitsConfig, TlsConfig, parse_socket_addr
+
+from .http2 import PREFACE, Http2Connection, Http2Limits, reset, retire
+
+__all__ = ["ConnectionBounds", "Http1Handler", "ListenError", "Listener", "bind", "format_address",
+           "request_finished", "request_started", "ssl_context"]  # fmt: skip
+
+log = logging.getLogger("cronoq.server")
+
+SHUTDOWN_TIMEOUT_S = 2.0
+"""How long closing a listener waits for requests in flight before cancelling them."""
+
+_HEAD_END = b"\r\n\r\n"
+_SAFE_REASON = re.compile(r"[A-Za-z][A-Za-z0-9 ,.:()-]{0,100}")
+"""What of a parser's complaint may be quoted back: aiohttp quotes the offending bytes in
+``'...'``, which this leaves out."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionBounds:
+    """The ``[limits]`` keys a listener's connections are held to."""
+
+    max_connections: int
+    header_timeout_s: float
+    idle_timeout_s: float
+    max_header_bytes: int
+    max_headers: int
+    write_stall_timeout_s: float
+    http2: Http2Limits
+
+    @classmethod
+    def of(cls, limits: LimitsConfig) -> ConnectionBounds:
+        return cls(
+            max_connections=limits.max_connections,
+            header_timeout_s=limits.header_timeout_s,
+            idle_timeout_s=limits.idle_timeout_s,
+            max_header_bytes=limits.max_header_bytes,
+            max_headers=limits.max_headers,
+            write_stall_timeout_s=limits.write_stall_timeout_s,
+            http2=Http2Limits(
+                limits.max_concurrent_streams,
+                idle_timeout_s=limits.idle_timeout_s,
+                first_request_timeout_s=limits.header_timeout_s,
+                max_resets_per_s=limits.max_stream_resets_per_s,
+                write_stall_timeout_s=limits.write_stall_timeout_s,
+                max_header_bytes=limits.max_header_bytes,
+                max_headers=limits.max_headers,
+            ),
+        )
+
+
+# ====================================================================================== sockets
+
+
+class ListenError(OSError):
+    """A listener could not bind its address; the message names it and the reason."""
+
+
+def bind(addr: str) -> socket.socket:
+    host, port = parse_socket_addr(addr)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ListenError(f"cannot listen on {addr}: {exc.strerror or exc}") from None
+    sock.setblocking(False)
+    return sock
+
+
+def format_address(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def ssl_context(tls: TlsConfig) -> ssl.SSLContext:
+    """TLS for the main listener, on the same terms as the gRPC one: client certificates are
+    required when ``client_ca`` is configured."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(tls.cert, tls.key)
+    if tls.client_ca is not None:
+        context.load_verify_locations(tls.client_ca)
+        context.verify_mode = ssl.CERT_REQUIRED
+    context.set_alpn_protocols(["h2", "http/1.1"])
+    return context
+
+
+# ====================================================================================== HTTP/1.1
+
+
+def _error_bytes(status: int, message: str) -> bytes:
+    reason = http.HTTPStatus(status).phrase.lower().replace(" ", "_").replace("-", "_")
+    return json.dumps({"error": message, "code": reason}, separators=(",", ":")).encode()
+
+
+class Http1Handler(web.RequestHandler):
+    """aiohttp's HTTP/1.1 protocol, answering what its parser refuses without echoing it.
+
+    aiohttp logs a malformed request at ERROR with the parser's message, which quotes the
+    offending header line (an ``authorization`` value included) and answers it in plain text
+    with the same quote. Here such a request gets a short JSON error, and the log a debug line
+    naming only the kind of problem."""
+
+    def handle_error(self, request: web.BaseRequest, status: int = 500, exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:  # fmt: skip
+        if status < 500:
+            log.debug("http: malformed request refused (%s)", type(exc).__name__ if exc else status)
+        else:
+            log.error("http: internal error answering a request", exc_info=exc)
+        if request.writer.output_size > 0:  # part of an answer went out: nothing more can be said
+            raise ConnectionError("the answer was cut short")
+        if isinstance(exc, LineTooLong):
+            status, text = 431, "a request line or header is too long"
+        elif status >= 500:
+            text = "internal error"
+        else:
+            text = "malformed HTTP request"
+            complaint = exc.message if isinstance(exc, HttpProcessingError) else ""
+            first = str(complaint).split("\n", 1)[0].strip().rstrip(":")
+            if _SAFE_REASON.fullmatch(first):
+                text += f": {first}"
+        response = web.Response(status=status, body=_error_bytes(status, text), content_type="application/json")
+        response.force_close()
+        return response
+
+
+# ==================================================================================== connections
+
+_HEAD, _REQUEST, _IDLE = "head", "request", "idle"
+
+
+class Connection(asyncio.Protocol):
+    """One accepted connection: its bounds, and the protocol it speaks behind them."""
+
+    def __init__(self, listener: Listener) -> None:
+        self._listener = listener
+        self._bounds = listener.bounds
+        self._loop = asyncio.get_running_loop()
+        self._transport: asyncio.Transport | None = None
+        self._inner: asyncio.Protocol | None = None
+        self._http1 = False
+        self._undecided = b""
+        self._counted = False
+        # HTTP/1.1 request heads: where the connection is, and the head arriving now.
+        self._state = _HEAD
+        self._head_bytes = 0
+        self._head_tail = b""
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._stall_timer: asyncio.TimerHandle | None = None
+
+    # ------------------------------------------------------------------------ asyncio protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass it
+        listener = self._listener
+        if len(listener.connections) >= self._bounds.max_connections:
+            listener.refused += 1
+            reset(self._transport)
+            return
+        listener.connections.add(self)
+        self._counted = True
+        ssl_object: ssl.SSLObject | ssl.SSLSocket | None = transport.get_extra_info("ssl_object")
+        if ssl_object is not None and ssl_object.selected_alpn_protocol() == "h2":
+            self._start(http1=False, first=b"")
+            return
+        # Plain, or TLS without ALPN h2: the first bytes tell, within the head timeout.
+        self._arm_head_timer()
+
+    def data_received(self, data: bytes) -> None:
+        inner = self._inner
+        if inner is None:
+            self._decide(data)
+        elif self._http1:
+            self._http1_data(data)
+        else:
+            inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self._inner.eof_received() if self._inner is not None else None
+
+    def pause_writing(self) -> None:
+        if self._stall_timer is None:
+            self._stall_timer = self._loop.call_later(self._bounds.write_stall_timeout_s, self._stalled)
+        if self._inner is not None:
+            self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self._stall_timer is not None:
+            self._stall_timer.cancel()
+            self._stall_timer = None
+        if self._inner is not None:
+            self._inner.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        for timer in (self._head_timer, self._stall_timer):
+            if timer is not None:
+                timer.cancel()
+        self._head_timer = self._stall_timer = None
+        if self._counted:
+            self._counted = False
+            self._listener.connections.discard(self)
+        if self._inner is not None:
+            self._inner.connection_lost(exc)
+
+    # ------------------------------------------------------------------------ protocol choice
+
+    def _decide(self, data: bytes) -> None:
+        buffered = self._undecided + data
+        if buffered.startswith(PREFACE):
+            self._undecided = b""
+            self._cancel_head_timer()  # HTTP/2 bounds its first request itself
+            self._start(http1=False, first=buffered)
+        elif not PREFACE.startswith(buffered):
+            self._undecided = b""
+            self._start(http1=True, first=buffered)
+        else:
+            self._undecided = buffered  # a strict prefix of the preface so far
+
+    def _start(self, *, http1: bool, first: bytes) -> None:
+        transport = self._transport
+        assert transport is not None
+        self._http1 = http1
+        inner = self._inner = self._listener.http1() if http1 else self._listener.http2()
+        inner.connection_made(transport)
+        if first and not transport.is_closing():
+            if http1:
+                self._http1_data(first)
+            else:
+                inner.data_received(first)
+
+    # ------------------------------------------------------------------------ HTTP/1.1 heads
+
+    def _http1_data(self, data: bytes) -> None:
+        if self._state is _IDLE:
+            # The first byte of the next request: its head must be complete within the timeout.
+            self._state, self._head_bytes, self._head_tail = _HEAD, 0, b""
+            self._arm_head_timer()
+        if self._state is _HEAD:
+            scanned = self._head_tail + data
+            end = scanned.find(_HEAD_END)
+            if end < 0:
+                self._head_bytes += len(data)
+                self._head_tail = scanned[-3:]
+            else:
+                self._head_bytes += end + len(_HEAD_END) - len(self._head_tail)
+                self.request_started()
+            if self._head_bytes > self._bounds.max_header_bytes:
+                self._refuse(431, f"the request head is larger than {self._bounds.max_header_bytes} bytes")
+                return
+        assert self._inner is not None
+        self._inner.data_received(data)
+
+    def request_started(self) -> None:
+        """The head of an HTTP/1.1 request is complete (the gateway's handler runs it): no head
+        deadline while it runs (its own time limit bounds it)."""
+        if self._http1:
+            self._state = _REQUEST
+            self._cancel_head_timer()
+
+    def request_finished(self, body_read: bool) -> None:
+        """The gateway answered; the next bytes begin the next request, unless the rest of this
+        request's body is still to come (aiohttp reads it and drops it, or closes)."""
+        if self._http1 and body_read:
+            self._state = _IDLE
+
+    def _refuse(self, status: int, message: str) -> None:
+        """Answer a request that never reached aiohttp, and hang up."""
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        body = _error_bytes(status, message)
+        reason = http.HTTPStatus(status).phrase
+        transport.write(f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: "
+                        f"{len(body)}\r\nconnection: close\r\n\r\n".encode() + body)  # fmt: skip
+        transport.close()
+
+    # ------------------------------------------------------------------------ timers
+
+    def _arm_head_timer(self) -> None:
+        self._cancel_head_timer()
+        self._head_timer = self._loop.call_later(self._bounds.header_timeout_s, self._head_timed_out)
+
+    def _cancel_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        self._listener.slow_heads += 1
+        log.debug("http: no complete request within %g s; connection closed", self._bounds.header_timeout_s)
+        if self._http1 and self._head_bytes:
+            self._refuse(408, f"the request head did not arrive within {self._bounds.header_timeout_s:g} s")
+        elif self._transport is not None:
+            self._transport.close()
+
+    def _stalled(self) -> None:
+        """The client has not read its answers for ``write_stall_timeout_s``: cut it off."""
+        self._stall_timer = None
+        self._listener.stalled += 1
+        log.debug("http: a client did not read its answers for %g s; connection reset",
+                  self._bounds.write_stall_timeout_s)  # fmt: skip
+        if self._transport is not None:
+            reset(self._transport)
+
+    # ------------------------------------------------------------------------ closing
+
+    @property
+    def decided(self) -> bool:
+        """The connection has said which protocol it speaks."""
+        return self._inner is not None
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    def retire(self, grace_s: float) -> None:
+        """Close without cutting an answer short: at once while undecided, HTTP/1.1 once the
+        request in progress is answered, HTTP/2 with GOAWAY (open streams get ``grace_s``)."""
+        if self._inner is None:
+            self.close()
+        else:
+            retire(self._inner, grace_s)
+
+
+def _connection_of(request: Any) -> Connection | None:
+    transport = getattr(request, "transport", None)
+    protocol = transport.get_protocol() if transport is not None else None
+    return protocol if isinstance(protocol, Connection) else None
+
+
+def request_started(request: Any) -> None:
+    """Tell the connection of ``request`` that its head is complete (see ``Connection``)."""
+    if (connection := _connection_of(request)) is not None:
+        connection.request_started()
+
+
+def request_finished(request: Any) -> None:
+    """Tell the connection of ``request`` that it has been answered."""
+    if (connection := _connection_of(request)) is not None:
+        at_eof = getattr(request.content, "at_eof", None)
+        connection.request_finished(body_read=at_eof is None or bool(at_eof()))
+
+
+# ====================================================================================== listeners
+
+
+class Listener:
+    """One listening socket and its connections. HTTP/1.1 connections are served by aiohttp's
+    low-level server (``web.Server`` is documented as a protocol factory for
+    ``loop.create_server``; ``Http1Handler`` is its protocol), HTTP/2 ones by ``Http2Connection``."""
+
+    def __init__(self, handler: Callable[[Any], Any], bounds: ConnectionBounds) -> None:
+        self.bounds = bounds
+        self._handler = handler
+        # What aiohttp's HTTP/1.1 protocol is built with (``web.Server`` keeps the same for its own).
+        self._http1_options: dict[str, Any] = {
+            "access_log": None,
+            "keepalive_timeout": bounds.idle_timeout_s,
+            "max_line_size": bounds.max_header_bytes,
+            "max_field_size": bounds.max_header_bytes,
+            "max_headers": bounds.max_headers,
+        }
+        self.server = web.Server(handler, handler_cancellation=True, **self._http1_options)
+        self.runner = web.ServerRunner(self.server, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
+        self.socket_server: asyncio.AbstractServer | None = None
+        self.connections: set[Connection] = set()
+        self.http2_connections: set[Http2Connection] = set()
+        # What the bounds turned away, for tests and load tests to read.
+        self.refused = 0
+        self.slow_heads = 0
+        self.stalled = 0
+
+    def http1(self) -> asyncio.Protocol:
+        # What ``web.Server.__call__`` does, with the protocol that keeps parser errors quiet.
+        return Http1Handler(self.server, loop=asyncio.get_running_loop(), **self._http1_options)
+
+    def http2(self) -> asyncio.Protocol:
+        connection = Http2Connection(self._handler, self.bounds.http2, self.http2_connections.discard)
+        self.http2_connections.add(connection)
+        return connection
+
+    async def start(self, sock: socket.socket, context: ssl.SSLContext | None,
+                    on_accept: Callable[[Connection], None] | None = None) -> None:  # fmt: skip
+        await self.runner.setup()
+
+        def accept() -> Connection:
+            connection = Connection(self)
+            if on_accept is not None:
+                on_accept(connection)
+            return connection
+
+        loop = asyncio.get_running_loop()
+        handshake_s = self.bounds.header_timeout_s if context is not None else None
+        self.socket_server = await loop.create_server(accept, sock=sock, ssl=context, backlog=128,
+                                                      ssl_handshake_timeout=handshake_s)  # fmt: skip
+
+    def retire_all(self, after_s: float, grace_s: float) -> None:
+        loop = asyncio.get_running_loop()
+        for connection in list(self.connections):
+            loop.call_later(after_s, connection.retire, grace_s)
+
+    async def close(self) -> None:
+        """Stop accepting, then let both protocols finish what runs within ``SHUTDOWN_TIMEOUT_S``:
+        aiohttp's runner for HTTP/1.1, GOAWAY and a wait for HTTP/2."""
+        if self.socket_server is not None:
+            self.socket_server.close()
+        for connection in list(self.connections):
+            if not connection.decided:
+                connection.close()
+        await asyncio.gather(self.runner.cleanup(),
+                             *(h2.shutdown(SHUTDOWN_TIMEOUT_S) for h2 in list(self.http2_connections)),
+                             return_exceptions=True)  # fmt: skip
+        with contextlib.suppress(Exception):
+            for connection in list(self.connections):
+                connection.close()
