@@ -8,6 +8,7 @@ QueueOnSuccess through a dependency edge, Allow not at all.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from typing import TYPE_CHECKING
 
@@ -100,10 +101,9 @@ def set_paused(core: Core, now: int, name: str, paused: bool) -> bool:
     schedule.next_at = None
     pool = None
     if not paused and not schedule.invalid:
-        try:
+        # A configuration that no longer supports it leaves it unarmed, as on recovery.
+        with contextlib.suppress(ConfigError):
             pool = check_template(core, schedule.spec.template)
-        except ConfigError:
-            pass  # the configuration changed under it: it stays unarmed, as on recovery
     if pool is not None:
         schedule.next_at = _next_start(schedule, now)
     persist(core, schedule)
