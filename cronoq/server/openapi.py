@@ -393,7 +393,7 @@ def document(limits: LimitsConfig | None = None) -> dict[str, Any]:
     responses: dict[str, Any] = {f"E{code}": {"description": text, "content": copy.deepcopy(error)}
                                  for code, text in _ERRORS.items()}  # fmt: skip
     responses["E401"]["headers"] = {"www-authenticate": {"schema": {"type": "string", "const": "Bearer"}}}
-    return {
+    out = {
         "openapi": "3.1.0",
         "info": {
             "title": "cronoq HTTP API",
@@ -410,3 +410,7 @@ def document(limits: LimitsConfig | None = None) -> dict[str, Any]:
             "responses": responses,
         },
     }
+    from .console.openapi import extend  # the console's calls: history filters, details, events, ...
+
+    extend(out, UNIX_NS_OUT, ID_OUT, SHARD_NAMES)
+    return out
