@@ -22,6 +22,7 @@ typecheck: $(STAMP)
 
 test: lint typecheck
 	bash scripts/ensure_postgres.sh
+	bash scripts/ensure_chromium.sh
 	$(PY) -m pytest -q
 
 # A 2-shard x 2-replica cluster on SQLite in a temporary folder, with workers and a burst of
