@@ -1,6 +1,6 @@
 // Building the page without ever parsing markup: elements are created one by one and every piece
 // of text (which may come from other tenants: keys, messages, payloads) goes into a text node.
-// The Content-Security-Policy's Trusted Types rule makes any innerHTML assignment fail anyway.
+// The Content-Security-Policy's Trusted Types rule makes any assignment of markup fail anyway.
 
 const SVG_NS = "http://www.w3.org/2000/svg";
 
