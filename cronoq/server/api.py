@@ -449,13 +449,15 @@ class Api:
 
     @_api_errors
     async def list_shards(self, principal: Principal, request: pb.Empty | None = None) -> cpb.ListShardsResponse:
-        """This shard as its leader (this server) describes itself (metrics role)."""
+        """This shard as its leader (this server) describes itself (metrics role); a pool-scoped
+        caller is told only of its own pools."""
         principal.require(Role.METRICS)
         service = self.current()
         local = self.config.local_shard()
         info = cpb.ShardInfo(leader=self.address, host=socket.gethostname(), pid=os.getpid(),
                              epoch=service.driver.epoch, leading_since_unix_ns=self._leading_since,
-                             version=__version__, store=self.config.store.kind, pools=self.pools)  # fmt: skip
+                             version=__version__, store=self.config.store.kind,
+                             pools=principal.visible(self.pools))  # fmt: skip
         if local is not None:
             info.name, info.number, info.endpoint = local.name, local.number, local.endpoint
         return cpb.ListShardsResponse(shards=[info])
