@@ -22,6 +22,7 @@ from cronoq.cluster.layout import ClusterOptions
 from playwright.async_api import BrowserContext, expect
 
 from cronoq.client import Client, ClientError, Lease, Worker
+from tests.console import grpcweb
 from tests.console.browser import chromium, screenshot, sign_in
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -46,7 +47,8 @@ async def work(lease: Lease) -> dict[str, Any]:
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Cluster]:
     options = ClusterOptions(shards=2, replicas=1, state=tmp_path_factory.mktemp("console-cluster"), base_port=0,
-                             console=True, restart=False, limits={"key_retention_s": 1, "max_wait_s": 30})  # fmt: skip
+                             console=True, grpc_web=True, restart=False,
+                             limits={"key_retention_s": 1, "max_wait_s": 30})  # fmt: skip
     running = Cluster(options, say=lambda text: None)
     await running.start()
     workers = [Worker(running.shard(shard).plan.endpoint, pool, work, token=running.token("worker"), grace=0.5)
@@ -224,6 +226,27 @@ async def test_an_admin_pauses_and_resumes_a_schedule(cluster: Cluster, browser:
     page = await sign_in(browser, base(cluster), cluster.token("metrics"), "schedules")
     await expect(page.locator("#schedules table")).to_have_count(1)
     await expect(page.locator("#schedules button")).to_have_count(0)
+    await page.close()
+
+
+async def test_grpc_web_from_the_browser_across_shards(cluster: Cluster, browser: BrowserContext) -> None:
+    """Chromium's own fetch speaks gRPC-Web to s1's gRPC endpoint from a page of s1's HTTP endpoint
+    (another origin, listed in allowed_origins): the CORS preflight, the exposed grpc-status, a
+    unary call merged over both shards, and a Watch that sees a task of the other shard."""
+    page = await browser.new_page()
+    await page.goto(f"{base(cluster)}/healthz")
+    target = {"url": cluster.shard("s1").plan.endpoint, "token": cluster.token("admin")}
+    snapshot = await page.evaluate(grpcweb.SNAPSHOT, target)
+    assert (snapshot["status"], snapshot["grpcStatus"]) == (200, None)  # the status is in the trailer
+    assert "grpc-status:0" in snapshot["trailer"] and set(snapshot["pools"]) == {"default", "pool2"}
+    key = unique("web")
+    await page.evaluate(f"(args) => {{ window.watched = ({grpcweb.WATCH})(args); }}", {**target, "key": key})
+    await page.wait_for_function("window.watchOpen === true")
+    async with client(cluster) as tasks:
+        submitted = await tasks.submit({"web": True}, pool="pool2", key=key)
+    assert await page.evaluate("window.watched") == {"id": str(submitted.id), "pool": "pool2"}
+    refused = await page.evaluate(grpcweb.SNAPSHOT, {**target, "token": cluster.token("client")})
+    assert refused["grpcStatus"] == "7"  # PERMISSION_DENIED, readable through the exposed header
     await page.close()
 
 
