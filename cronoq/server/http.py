@@ -137,6 +137,7 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/shards", "list_shards", Role.METRICS),
     Route("GET", "/v1/workers", "list_workers", Role.METRICS),
     Route("GET", "/v1/recurring", "list_recurring", Role.METRICS),
+    Route("GET", "/v1/schedules", "list_schedules", Role.METRICS),
     Route("POST", "/v1/recurring/{name}/pause", "pause_schedule", Role.ADMIN),
     Route("POST", "/v1/recurring/{name}/resume", "resume_schedule", Role.ADMIN),
     Route("DELETE", "/v1/recurring/{name}", "remove_schedule", Role.ADMIN),

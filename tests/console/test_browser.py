@@ -21,9 +21,10 @@ from cronoq.cluster.launcher import Cluster
 from cronoq.cluster.layout import ClusterOptions
 from playwright.async_api import BrowserContext, expect
 
-from cronoq.client import Client, ClientError, Lease, Worker
+from cronoq.client import Client, Lease, Worker
 from tests.console import grpcweb
 from tests.console.browser import chromium, screenshot, sign_in
+from tests.server.http_support import until_forgotten
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -137,25 +138,13 @@ async def test_a_task_page_shows_its_attempts_after_a_retry(cluster: Cluster, br
     await page.close()
 
 
-async def _until_key_is_free(tasks: Client, key: str) -> None:
-    """The engine forgets a finished task's key after limits.key_retention_s (1 s here)."""
-    for _ in range(200):
-        try:
-            await tasks.get(key)
-        except ClientError as err:
-            assert err.code == "not_found", err
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"key {key!r} was still retained after 10 s")
-
-
 async def test_a_history_search_finds_a_task_finished_past_retention(cluster: Cluster,
                                                                     browser: BrowserContext) -> None:  # fmt: skip
     prefix = unique("past")
     async with client(cluster) as tasks:
         old = await tasks.submit({"old": True}, pool="pool2", key=f"{prefix}-a", kind="nightly", wait=True,
                                  wait_timeout=20)  # fmt: skip
-        await _until_key_is_free(tasks, f"{prefix}-a")
+        await until_forgotten(tasks, f"{prefix}-a")
         info = await tasks.get(old.id)  # by id it is still found, from the store's history
         assert info.status == "succeeded"
     page = await sign_in(browser, base(cluster), cluster.token("client"),

@@ -630,6 +630,7 @@ OPS: tuple[Op, ...] = (
     Op("GET /v1/snapshot", "metrics", "list", (None,), http_listing("/v1/snapshot", "pools", "name")),
     Op("GET /v1/workers", "metrics", "list", (None,), http_listing("/v1/workers", "workers", "pool")),
     Op("GET /v1/recurring", "metrics", "list", (None,), http_listing("/v1/recurring", "schedules", "pool")),
+    Op("GET /v1/schedules", "metrics", "list", (None,), http_listing("/v1/schedules", "schedules", "pool")),
     Op("GET /v1/shards", "metrics", "list", (None,), http_shards),
     Op("POST /v1/recurring/{name}/pause", "admin", "remove", POOLS, http_switch("pause")),
     Op("POST /v1/recurring/{name}/resume", "admin", "remove", POOLS, http_switch("resume")),

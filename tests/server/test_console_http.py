@@ -266,9 +266,12 @@ async def test_admins_pause_resume_and_remove_schedules_over_http(gw: Running) -
         await admin.add_recurring("night/ly", "0 3 * * *", {"r": 1}, pool="other", key="nightly")
     path = "/v1/recurring/night%2Fly"
     async with gw.session(METRICS_TOKEN) as http:
-        _, listed = await request(http, "GET", "/v1/recurring")
+        _, published = await request(http, "GET", "/v1/recurring")
+        _, listed = await request(http, "GET", "/v1/schedules")
         [schedule] = listed["schedules"]
         assert schedule["paused"] is False and schedule["key"] == "nightly"
+        extra = {"paused", "key", "next_runs_unix_ns"}
+        assert published["schedules"] == [{k: v for k, v in schedule.items() if k not in extra}]
         runs = [int(ns) for ns in schedule["next_runs_unix_ns"]]
         assert len(runs) == 5 and runs == sorted(runs) and runs[0] == int(schedule["next_unix_ns"])
         assert {run % (86_400 * 10**9) for run in runs} == {3 * 3600 * 10**9}  # 03:00 UTC each day
@@ -276,12 +279,12 @@ async def test_admins_pause_resume_and_remove_schedules_over_http(gw: Running) -
         assert (await request(http, "DELETE", path))[0] == 403
     async with gw.session(ADMIN_TOKEN) as http:
         assert await request(http, "POST", f"{path}/pause") == (200, {"found": True})
-        _, listed = await request(http, "GET", "/v1/recurring")
+        _, listed = await request(http, "GET", "/v1/schedules")
         [schedule] = listed["schedules"]
         assert schedule["paused"] is True and schedule["next_runs_unix_ns"] == [] and "next_unix_ns" not in schedule
         assert await request(http, "POST", "/v1/recurring/nope/pause") == (200, {"found": False})
         assert await request(http, "POST", f"{path}/resume") == (200, {"found": True})
-        _, listed = await request(http, "GET", "/v1/recurring")
+        _, listed = await request(http, "GET", "/v1/schedules")
         assert listed["schedules"][0]["paused"] is False and len(listed["schedules"][0]["next_runs_unix_ns"]) == 5
         assert await request(http, "DELETE", path) == (200, {"removed": True})
         assert await request(http, "DELETE", path) == (200, {"removed": False})

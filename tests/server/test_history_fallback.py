@@ -18,12 +18,12 @@ import aiohttp
 import grpc
 import pytest
 
-from cronoq.client import Client, ClientError, Lease, Worker
+from cronoq.client import Client, Lease, Worker
 from cronoq.proto import console_pb2 as cpb
 from cronoq.proto import console_pb2_grpc as cpbg
 from cronoq.proto import cronoq_pb2 as pb
 from tests.server.harness import CLIENT_TOKEN, TOKENS_TOML, WORKER_TOKEN
-from tests.server.http_support import HttpServerProcess, request
+from tests.server.http_support import HttpServerProcess, request, until_forgotten
 
 CONFIG = """
 [server]
@@ -76,18 +76,6 @@ async def answer(lease: Lease) -> dict[str, Any]:
     return {"answer": lease.json()["n"] * 2}
 
 
-async def _until_forgotten(client: Client, key: str) -> None:
-    """Until the engine no longer knows ``key`` (past limits.key_retention_s)."""
-    for _ in range(300):
-        try:
-            await client.get(key)
-        except ClientError as err:
-            assert err.code == "not_found", err
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{key!r} was still retained after 15 s")
-
-
 async def test_a_task_past_key_retention_is_still_found_by_id(server: HttpServerProcess) -> None:
     worker = Worker(server.address, "default", answer, token=WORKER_TOKEN, backoff=(0.05, 0.2))
     serving = asyncio.ensure_future(worker.run())
@@ -96,7 +84,7 @@ async def test_a_task_past_key_retention_is_still_found_by_id(server: HttpServer
         async with Client(server.address, token=CLIENT_TOKEN) as client:
             done = await client.submit({"n": 21}, key="hist-key", kind="history", wait=True, wait_timeout=10)
             assert done.result is not None and done.result.json() == {"answer": 42}
-            await _until_forgotten(client, "hist-key")
+            await until_forgotten(client, "hist-key")
 
             # gRPC: by id the store answers for the engine.
             info = await client.get(done.id)

@@ -11,7 +11,7 @@ API (always served; roles as in ``cronoq.server.http.ROUTES``):
 - ``GET /v1/tasks/{id}/detail`` (and by key): spec, transitions, payload and output previews.
 - ``GET /v1/events``: the Watch stream as newline-delimited JSON (``events``).
 - ``GET /v1/shards``: each shard's leader; ``GET /v1/whoami``: the caller's role and scope.
-- ``GET /v1/recurring`` (paused state and next runs included), ``POST
+- ``GET /v1/schedules`` (``/v1/recurring`` with the paused state and next runs), ``POST
   /v1/recurring/{name}/pause`` and ``/resume``, ``DELETE /v1/recurring/{name}``.
 
 Console (only with ``[server.console] enabled = true``): ``/ui/`` and its files, no credentials
@@ -31,7 +31,7 @@ from cronoq.router import collect_unavailable
 
 from ..errors import ApiError
 from ..http2 import H2Request, StreamedResponse
-from ..json_shapes import STATUSES, list_json, with_unavailable_shards
+from ..json_shapes import STATUSES, list_json, recurring_json, with_unavailable_shards
 from . import events
 from .assets import SECURITY_HEADERS, Asset, load_assets
 from .shapes import detail_json, schedules_json, shards_json, whoami_json
@@ -167,6 +167,11 @@ class ConsoleHandlers:
     # ----------------------------------------------------------------------------- schedules
 
     async def list_recurring(self, request: Request, principal: Principal, params: dict[str, str]) -> web.Response:
+        """The published shape (what ``cronoq schedule list -o json`` prints too)."""
+        return _json(recurring_json(await self.router.list_recurring(principal, pb.Empty())))
+
+    async def list_schedules(self, request: Request, principal: Principal, params: dict[str, str]) -> web.Response:
+        """``/v1/recurring``'s entries plus their paused state, key and next runs."""
         return _json(schedules_json(await self.router.list_schedules(principal, pb.Empty())))
 
     def _schedule_name(self, params: dict[str, str]) -> str:

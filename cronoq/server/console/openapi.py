@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 __all__ = ["extend"]
@@ -126,12 +127,18 @@ def extend(document: dict[str, Any], unix_ns: Schema, id_out: Schema, shard_name
     paths["/v1/tasks"]["get"]["summary"] = "List or search tasks, live and past ones (role client)"
     schemas = document["components"]["schemas"]
     schemas.update(_schemas(unix_ns, id_out, shard_names))
-    schedule = schemas["Schedules"]["properties"]["schedules"]["items"]
+    schedules = copy.deepcopy(schemas["Schedules"])
+    schemas["ConsoleSchedules"] = schedules
+    schedule = schedules["properties"]["schedules"]["items"]
     schedule["properties"].update({
         "paused": {"type": "boolean", "description": "Paused by an admin: it creates no run until resumed."},
         "key": {"type": "string", "description": "The template's key; each run's key is <key>@<start in UTC>."},
         "next_runs_unix_ns": {"type": "array", "items": unix_ns, "maxItems": 5},
     })  # fmt: skip
+    schedule["required"] = [*schedule["required"], "paused", "next_runs_unix_ns"]
+    paths["/v1/schedules"] = {"get": _operation(
+        "list_schedules", "Recurring schedules with their paused state and next runs (role metrics)",
+        _responses(_ref("ConsoleSchedules"), _V1))}  # fmt: skip
     id_param = {"name": "id", "in": "path", "required": True, "description": "Decimal task id.",
                 "schema": {"type": "string", "pattern": "^[0-9]{1,20}$"}}  # fmt: skip
     key_param = {"name": "key", "in": "path", "required": True,

@@ -117,7 +117,8 @@ def shards_json(m: cpb.ListShardsResponse) -> dict[str, Any]:
 
 
 def schedules_json(m: cpb.ListSchedulesResponse) -> dict[str, Any]:
-    """``GET /v1/recurring``: the published shape, plus ``paused``, ``key`` and ``next_runs_unix_ns``."""
+    """``GET /v1/schedules``: the entries of ``/v1/recurring``, plus ``paused``, ``key`` and
+    ``next_runs_unix_ns``."""
     out = recurring_json(pb.ListRecurringResponse(schedules=[schedule.info for schedule in m.schedules],
                                                   unavailable_shards=m.unavailable_shards))  # fmt: skip
     for item, schedule in zip(out["schedules"], m.schedules, strict=True):

@@ -37,7 +37,7 @@ export function mount(section, { grants }) {
   }
 
   stop = every(5000, async (signal) => {
-    const answer = await get("/v1/recurring", null, signal);
+    const answer = await get("/v1/schedules", null, signal);
     const rows = answer.schedules.map((schedule) => h("tr",
       { dataset: { schedule: schedule.name, state: schedule.paused ? "paused" : "active" } },
       h("td", null, schedule.name), h("td", null, schedule.pool),
