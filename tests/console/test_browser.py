@@ -105,11 +105,14 @@ async def test_the_overview_shows_both_shards_their_pools_and_live_charts(cluste
 async def test_a_submitted_task_appears_live(cluster: Cluster, browser: BrowserContext) -> None:
     page = await sign_in(browser, base(cluster), cluster.token("client"), "events")
     await expect(page.locator("#stream-state")).to_have_attribute("data-state", "live")
+    key = unique("<img src=x onerror=alert(1)>live")  # another tenant's text: it must stay text
     async with client(cluster) as tasks:
-        submitted = await tasks.submit({"live": True}, pool="pool2", key=unique("live"))  # forwarded by s1 to s2
+        submitted = await tasks.submit({"live": True}, pool="pool2", key=key)  # forwarded by s1 to s2
     row = page.locator(f'#events tr[data-task="{submitted.id}"][data-status="succeeded"]')
     await expect(row).to_have_count(1)
     await expect(row).to_contain_text("pool2")
+    await expect(row).to_contain_text(key)
+    await expect(page.locator("#events img")).to_have_count(0)
     await expect(page.locator(f'#events tr[data-task="{submitted.id}"][data-status="running"]')).to_have_count(1)
     await screenshot(page, "events")
     await page.close()
