@@ -30,6 +30,8 @@ ARGS = (
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / "build" / "screenshots"
 VIEWPORT = {"width": 1280, "height": 900}
+WRITTEN: list[Path] = []
+"""Screenshots written in this run (``conftest.py`` lists them in pytest's summary)."""
 
 
 @asynccontextmanager
@@ -58,6 +60,7 @@ async def screenshot(page: Page, name: str) -> Path:
     path = SCREENSHOTS / f"{name}.png"
     await page.screenshot(path=str(path), full_page=True)
     print(f"screenshot: {path}")
+    WRITTEN.append(path)
     return path
 
 
