@@ -79,7 +79,9 @@ function showSignIn(message) {
   replace(nav);
   who.textContent = "";
   signOut.hidden = true;
-  const input = h("input", { type: "password", id: "token", name: "token", autocomplete: "off",
+  // No name on the field and form-action 'none' in the policy: the token can never be submitted
+  // as a form (into a URL); it only leaves the tab in the authorization header.
+  const input = h("input", { type: "password", id: "token", autocomplete: "off",
     spellcheck: "false", required: true, "aria-label": "Token" });
   const problem = h("p", { class: "error", role: "alert" }, message || "");
   const form = h("form", { class: "sign-in", id: "sign-in" },
