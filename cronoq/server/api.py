@@ -444,7 +444,6 @@ class Api:
             schedules=[convert.recurring_info(info) for info in infos if principal.sees(info.pool)]
         )
 
-
     # ------------------------------------------------------------------------------- Console
 
     @_api_errors
