@@ -25,6 +25,7 @@ test: lint typecheck
 	bash scripts/ensure_docker.sh
 	PYTHON=$(PY) bash scripts/ensure_helm.sh >/dev/null
 	bash scripts/ensure_promtool.sh >/dev/null
+	bash scripts/ensure_chromium.sh
 	$(PY) -m pytest -q
 
 # The container image cronoq:dev, built offline on a local Debian base (scripts/build_image.sh).

@@ -386,17 +386,22 @@ class Cluster:
             )
         return _format_rows(rows)
 
+    def console_urls(self) -> list[str]:
+        """The web console of each shard's HTTP endpoint (none unless ``options.console``)."""
+        return [f"{shard.plan.http_url}/ui/" for shard in self.shards] if self.options.console else []
+
     def summary(self) -> str:
         names = " ".join(token_env(role) for role in ROLES)
-        return "\n".join(
-            [
-                self.table(),
-                "",
-                f"config: {self.config_path}",
-                f"tokens: {names}",
-                f"        source {self.tokens_path}",
-            ]
-        )
+        lines = [
+            self.table(),
+            "",
+            f"config: {self.config_path}",
+            f"tokens: {names}",
+            f"        source {self.tokens_path}",
+        ]
+        if self.options.console:
+            lines.append(f"console: {' '.join(self.console_urls())} (sign in with a token from {self.tokens_path})")
+        return "\n".join(lines)
 
 
 def _restarted(restarts: int) -> str:
@@ -576,6 +581,7 @@ def _parser() -> argparse.ArgumentParser:
         default=7070,
         help="shard i's gRPC endpoint is BASE+2(i-1), its HTTP endpoint the next port; 0 picks free ports",
     )
+    up.add_argument("--console", action="store_true", help="serve the web console at /ui/ of every server")
     up.add_argument(
         "--no-restart",
         dest="restart",
@@ -608,6 +614,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 base_port=args.base_port,
                 schema_prefix=args.schema_prefix,
                 restart=args.restart,
+                console=args.console,
             )
             options.validate()
         except OptionsError as exc:

@@ -89,6 +89,8 @@ class ClusterOptions:
     grpc_web: bool = False
     """Serve gRPC-Web (``[server.grpc_web]``) on every server, for pages served from any shard's
     HTTP endpoint (127.0.0.1 and localhost)."""
+    console: bool = False
+    """Serve the web console (``[server.console]``) at ``/ui/`` of every server's HTTP listener."""
 
     def validate(self) -> None:
         problems = []
@@ -179,6 +181,8 @@ def render_config(options: ClusterOptions, shards: Sequence[ShardPlan], *, state
     else:
         lines += ['kind = "postgres"', f'url_env = "{URL_ENV}"', f'schema = "{options.schema_prefix}{{shard}}"']
     lines.append("")
+    if options.console:
+        lines += ["[server.console]", "enabled = true", ""]
     if options.grpc_web:
         origins = [f"http://{host}:{shard.http_port}" for shard in shards for host in (HOST, "localhost")]
         allowed = ", ".join(_toml_str(origin) for origin in origins)

@@ -101,7 +101,7 @@ def dump(config: Config) -> str:
         out.table("[server.grpc_web]", [("allowed_origins", server.grpc_web.allowed_origins)])
     if server.console != ConsoleConfig():
         console = server.console
-        out.table("[server.console]", [("enabled", console.enabled), ("grpc_web_url", console.grpc_web_url)])
+        out.table("[server.console]", [("enabled", console.enabled)])
     for index, token in enumerate(config.auth.tokens):
         out.table("[[auth.tokens]]", _token(index, token))
     for cert in config.auth.certs:

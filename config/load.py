@@ -186,8 +186,7 @@ class _Reader:
         console_table = t.table("console")
         console = ConsoleConfig()
         if console_table is not None:
-            console = ConsoleConfig(enabled=console_table.bool_or("enabled", False),
-                                    grpc_web_url=console_table.opt_str("grpc_web_url"))  # fmt: skip
+            console = ConsoleConfig(enabled=console_table.bool_or("enabled", False))
             console_table.finish()
         config = ServerConfig(
             grpc_addr=t.str_or("grpc_addr", base.grpc_addr),

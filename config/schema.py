@@ -92,9 +92,8 @@ class ConsoleConfig:
     """``[server.console]``: the web console at ``/ui/`` of the HTTP listener (off by default)."""
 
     enabled: bool = False
-    grpc_web_url: str | None = None
-    """Where the console's pages reach this server's gRPC-Web (live events, admin actions):
-    default the page's own host on the gRPC listener's port, as seen from the HTTP listener."""
+    """Serve the console. Its pages call the HTTP API of the node that served them (same origin,
+    no CORS), with the token the user types in; see ``cronoq.server.console``."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -236,13 +236,6 @@ class _Checker:
             self.add(f"server.peer_tls.{missing}", "peer_tls.cert and peer_tls.key go together")
         if server.grpc_web is not None:
             self.origins(server.grpc_web.allowed_origins)
-        if server.console.enabled:
-            self.add("server.console.enabled", "the web console is not part of this build yet; leave it off")
-        url = server.console.grpc_web_url
-        if url is not None:
-            problem = check_origin(url)
-            if problem is not None:
-                self.add("server.console.grpc_web_url", f"{url!r} must be an origin (scheme, host, port): {problem}")
 
     def origins(self, origins: tuple[str, ...]) -> None:
         path = "server.grpc_web.allowed_origins"

@@ -258,6 +258,9 @@ def serving_help(cluster: Cluster) -> str:
     return "\n".join(
         [
             "",
+            f"web console: {s1.plan.http_url}/ui/ (any node serves it; sign in with a token from",
+            f"  {cluster.tokens_path}: CRONOQ_ADMIN_TOKEN sees and does everything, CRONOQ_METRICS_TOKEN only looks)",
+            "",
             "the cluster keeps serving; in another shell:",
             f"  source {cluster.tokens_path}",
             f'  curl -s {s1.plan.http_url}/v1/tasks -H "Authorization: Bearer $CRONOQ_CLIENT_TOKEN" \\',
@@ -273,7 +276,7 @@ def serving_help(cluster: Cluster) -> str:
 async def _start_cluster(state: Path) -> Cluster:
     """The cluster on ports 7070.. when they are free, else on free ports."""
     for base_port in (PREFERRED_BASE_PORT, 0):
-        cluster = Cluster(ClusterOptions(shards=2, replicas=2, state=state, base_port=base_port))
+        cluster = Cluster(ClusterOptions(shards=2, replicas=2, state=state, base_port=base_port, console=True))
         try:
             await cluster.start()
             return cluster

@@ -66,6 +66,7 @@ class PutRecurring:
     spec: RecurringSpec
     next_at: int | None
     last_task_id: int | None
+    paused: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +190,7 @@ class RecoveredRecurring:
     spec: RecurringSpec
     next_at: int | None
     last_task_id: int | None
+    paused: bool = False
 
 
 @dataclass(slots=True)

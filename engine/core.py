@@ -1656,6 +1656,10 @@ class Core:
         """Stop a schedule (an occurrence already created stays). False if there was none."""
         return recurring.remove(self, now, name)
 
+    def pause_recurring(self, now: int, name: str, paused: bool = True) -> bool:
+        """Pause (or, with ``paused=False``, resume) a schedule. False if there is none."""
+        return recurring.set_paused(self, now, name, paused)
+
     def list_recurring(self) -> list[RecurringInfo]:
         return recurring.infos(self)
 

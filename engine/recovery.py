@@ -146,18 +146,19 @@ def restore(core: Core, now: int, recovered: Recovered) -> None:
     for task, parent in doomed:
         core._finish(task, _SKIPPED, now, f"dependency {parent.id} ended as {parent.status.value}")
     for schedule in recovered.recurring:
-        restore_schedule(core, schedule.spec, schedule.next_at, schedule.last_task_id, now)
+        restore_schedule(core, schedule.spec, schedule.next_at, schedule.last_task_id, now, schedule.paused)
 
 
 def restore_schedule(core: Core, spec: RecurringSpec, next_at: int | None, last_task_id: int | None,
-                      now: int) -> None:
+                     now: int, paused: bool = False) -> None:  # fmt: skip
     try:
         cron = CronSchedule.parse(spec.cron, spec.tz)
     except ConfigError:
         cron = None
     schedule = Schedule(spec, cron)  # type: ignore[arg-type]
     schedule.last_task_id = last_task_id
-    schedule.next_at = next_at
+    schedule.next_at = None if paused else next_at
+    schedule.paused = paused
     last = core._tasks.get(last_task_id) if last_task_id is not None else None
     if last is not None and last.fixed is not None:
         schedule.last_start = last.fixed.start
@@ -170,6 +171,8 @@ def restore_schedule(core: Core, spec: RecurringSpec, next_at: int | None, last_
         schedule.invalid = True
         recurring.count_invalid(core, spec.template)
         return
+    if paused:
+        return  # nothing to arm until it is resumed
     if next_at is None:
         schedule.next_at = cron.next_after(now - 1)
     elif next_at + spec.tolerance < now:

@@ -8,6 +8,7 @@ QueueOnSuccess through a dependency edge, Allow not at all.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from typing import TYPE_CHECKING
 
@@ -66,13 +67,49 @@ def add(core: Core, now: int, spec: RecurringSpec) -> None:
     if previous is not None:
         schedule.last_task_id = previous.last_task_id
         schedule.last_start = previous.last_start
+        schedule.paused = previous.paused  # replacing a paused schedule does not resume it
+    core._schedules[spec.name] = schedule
+    if not schedule.paused:
+        schedule.next_at = _next_start(schedule, now)
+    persist(core, schedule)
+    arm(core, schedule, pool, now)
+
+
+def _next_start(schedule: Schedule, now: int) -> int | None:
+    """The schedule's first occurrence after ``now`` that has not been created yet."""
     after = now - 1
     if schedule.last_start is not None and schedule.last_start >= now:
         after = schedule.last_start
-    schedule.next_at = cron.next_after(after)
-    core._schedules[spec.name] = schedule
+    return schedule.cron.next_after(after)
+
+
+def set_paused(core: Core, now: int, name: str, paused: bool) -> bool:
+    """Pause or resume a schedule; False if there is none.
+
+    A paused schedule creates no occurrence (one it already created stays, as when it is removed).
+    Resumed, it continues with its first occurrence after ``now``: the ones that fell while it was
+    paused are not run, whatever the miss policy (pausing is a decision not to run them, unlike
+    downtime). Replacing a paused schedule keeps it paused.
+    """
+    schedule = core._schedules.get(name)
+    if schedule is None:
+        return False
+    if schedule.paused is paused:
+        return True
+    schedule.paused = paused
+    schedule.timer_gen += 1  # a pending creation timer no longer fires
+    schedule.next_at = None
+    pool = None
+    if not paused and not schedule.invalid:
+        # A configuration that no longer supports it leaves it unarmed, as on recovery.
+        with contextlib.suppress(ConfigError):
+            pool = check_template(core, schedule.spec.template)
+    if pool is not None:
+        schedule.next_at = _next_start(schedule, now)
     persist(core, schedule)
-    arm(core, schedule, pool, now)
+    if pool is not None:
+        arm(core, schedule, pool, now)
+    return True
 
 
 def remove(core: Core, now: int, name: str) -> bool:
@@ -102,11 +139,11 @@ def check_template(core: Core, template: TaskSpec) -> Pool:
 
 def persist(core: Core, schedule: Schedule) -> None:
     if core._persist:
-        core._mutations.append(PutRecurring(schedule.spec, schedule.next_at, schedule.last_task_id))
+        core._mutations.append(PutRecurring(schedule.spec, schedule.next_at, schedule.last_task_id, schedule.paused))
 
 
 def arm(core: Core, schedule: Schedule, pool: Pool, now: int) -> None:
-    if schedule.next_at is None:
+    if schedule.next_at is None or schedule.paused:
         return
     spec = schedule.spec
     fake = Task(0, pool, TaskSpec(fixed_start=FixedStart(schedule.next_at, spec.tolerance)), now,
@@ -211,8 +248,9 @@ def infos(core: Core) -> list[RecurringInfo]:
                 spec.overlap,
                 schedule.next_at,
                 schedule.last_task_id,
-                not schedule.invalid,
+                not schedule.invalid and not schedule.paused,
                 template.key,
+                schedule.paused,
             )
         )
     return infos

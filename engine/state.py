@@ -287,7 +287,7 @@ STATUS_INDEX: Final[dict[str, int]] = {
 
 
 class Schedule:
-    __slots__ = ("cron", "invalid", "last_start", "last_task_id", "next_at", "spec", "timer_gen")
+    __slots__ = ("cron", "invalid", "last_start", "last_task_id", "next_at", "paused", "spec", "timer_gen")
 
     def __init__(self, spec: RecurringSpec, cron: CronSchedule) -> None:
         self.spec = spec
@@ -296,4 +296,5 @@ class Schedule:
         self.last_task_id: int | None = None
         self.last_start: int | None = None
         self.invalid = False
+        self.paused = False
         self.timer_gen = 0

@@ -82,3 +82,5 @@ class RecurringInfo:
     armed: bool
     key: str | None = None
     """The template's key: each occurrence's key is ``<key>@<start>``."""
+    paused: bool = False
+    """Paused by an admin: it creates no occurrence (``next_at`` is None) until resumed."""

@@ -7,6 +7,7 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
+from cronoq.proto import console_pb2 as cpb
 from cronoq.proto import cronoq_pb2 as pb
 
 __all__ = ["SHARD_BITS", "concatenated", "pages", "snapshots", "streams"]
@@ -14,7 +15,8 @@ __all__ = ["SHARD_BITS", "concatenated", "pages", "snapshots", "streams"]
 SHARD_BITS = 56
 """Task ids carry their shard's number above this bit."""
 
-Listing = TypeVar("Listing", pb.ListWorkersResponse, pb.ListRecurringResponse)
+Listing = TypeVar("Listing", pb.ListWorkersResponse, pb.ListRecurringResponse, cpb.ListShardsResponse,
+                   cpb.ListSchedulesResponse)  # fmt: skip
 
 _TOTALS = tuple(pb.Totals.DESCRIPTOR.fields_by_name)
 

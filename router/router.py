@@ -137,6 +137,10 @@ class LocalApi(Protocol):
     def list_workers(self, principal: Any, request: pb.Empty | None = None) -> Awaitable[pb.ListWorkersResponse]: ...
     def list_recurring(self, principal: Any, request: pb.Empty | None = None
                        ) -> Awaitable[pb.ListRecurringResponse]: ...  # fmt: skip
+    def list_shards(self, principal: Any, request: pb.Empty) -> Awaitable[cpb.ListShardsResponse]: ...
+    def list_schedules(self, principal: Any, request: pb.Empty) -> Awaitable[cpb.ListSchedulesResponse]: ...
+    def pause_schedule(self, principal: Any, request: cpb.ScheduleRequest) -> Awaitable[cpb.ScheduleResponse]: ...
+    def resume_schedule(self, principal: Any, request: cpb.ScheduleRequest) -> Awaitable[cpb.ScheduleResponse]: ...
 
 
 def status_of(exc: BaseException) -> grpc.StatusCode | None:
@@ -645,30 +649,33 @@ class Router:
         return await self.local.metrics_text(caller)  # Prometheus is scraped per server
 
     async def list_workers(self, caller: Caller, request: pb.Empty | None = None) -> pb.ListWorkersResponse:
-        if self._local_only(caller):
-            return await self.local.list_workers(caller, request)
-        parts, missing = await self._read_all(caller, "ListWorkers", self.local.list_workers)
-        workers: pb.ListWorkersResponse = merge.concatenated(pb.ListWorkersResponse(unavailable_shards=missing),
-                                                             "workers", parts)  # fmt: skip
-        return workers
+        return await self._merged_read(caller, "admin", "ListWorkers", self.local.list_workers,
+                                       pb.ListWorkersResponse(), "workers")  # fmt: skip
 
     async def list_recurring(self, caller: Caller, request: pb.Empty | None = None) -> pb.ListRecurringResponse:
-        if self._local_only(caller):
-            return await self.local.list_recurring(caller, request)
-        parts, missing = await self._read_all(caller, "ListRecurring", self.local.list_recurring)
-        schedules: pb.ListRecurringResponse = merge.concatenated(
-            pb.ListRecurringResponse(unavailable_shards=missing), "schedules", parts
-        )
-        return schedules
+        return await self._merged_read(caller, "admin", "ListRecurring", self.local.list_recurring,
+                                       pb.ListRecurringResponse(), "schedules")  # fmt: skip
 
-    async def _read_all(self, caller: Caller, method: str,
-                        local: Callable[[Any, pb.Empty], Awaitable[Any]]) -> tuple[list[Any], list[str]]:  # fmt: skip
+    async def _merged_read(self, caller: Caller, service: str, method: str,
+                           local: Callable[[Any, pb.Empty], Awaitable[merge.Listing]], out: merge.Listing,
+                           field: str) -> merge.Listing:  # fmt: skip
+        """A read of every shard (metrics role): the entries of every answer's ``field`` in
+        ``out``, and the shards left out in its ``unavailable_shards``."""
+        if self._local_only(caller):
+            return await local(caller, pb.Empty())
+        parts, missing = await self._read_all(caller, method, local, service)
+        out.unavailable_shards.extend(missing)
+        merged: merge.Listing = merge.concatenated(out, field, parts)
+        return merged
+
+    async def _read_all(self, caller: Caller, method: str, local: Callable[[Any, pb.Empty], Awaitable[Any]],
+                        service: str = "admin") -> tuple[list[Any], list[str]]:  # fmt: skip
         """An Admin read (metrics role) of every shard: the answers and the shards left out."""
         caller.require(Role.METRICS)
         answers, missing = await self._fan_out(
             caller,
             lambda: local(caller, pb.Empty()),
-            lambda peer: self._forward(peer, "admin", method, pb.Empty(), caller, PEER_READ_TIMEOUT_S),
+            lambda peer: self._forward(peer, service, method, pb.Empty(), caller, PEER_READ_TIMEOUT_S),
         )
         parts = [answer for _, answer in answers]
         for part in parts:
@@ -689,22 +696,55 @@ class Router:
         return response
 
     async def remove_recurring(self, caller: Caller, request: pb.RemoveRecurringRequest) -> pb.RemoveRecurringResponse:
-        """Schedule names are per shard: remove it wherever it exists."""
         if self._local_only(caller):
             return await self.local.remove_recurring(caller, request)
+        removed = await self._on_schedule(caller, request, "admin", "RemoveRecurring", self.local.remove_recurring,
+                                          lambda answer: answer.removed)  # fmt: skip
+        return pb.RemoveRecurringResponse(removed=removed)
+
+    async def _on_schedule(self, caller: Caller, request: Any, service: str, method: str,
+                           local: Callable[[Any, Any], Awaitable[Any]],
+                           done: Callable[[Any], bool]) -> bool:  # fmt: skip
+        """An admin call about schedule ``request.name``. Schedule names are per shard: every shard
+        is asked, and the answer is whether one of them had it (``done``)."""
         caller.require(Role.ADMIN)
         answers, missing = await self._fan_out(
             caller,
-            lambda: self.local.remove_recurring(caller, request),
-            lambda peer: self._forward(peer, "admin", "RemoveRecurring", request, caller,
-                                       self.limits.request_timeout_s),
+            lambda: local(caller, request),
+            lambda peer: self._forward(peer, service, method, request, caller, self.limits.request_timeout_s),
         )
-        removed = any(answer.removed for _, answer in answers)
-        if not removed and missing:
+        found = any(done(answer) for _, answer in answers)
+        if not found and missing:
             raise RouteError(Status.UNAVAILABLE,
                              f"schedule {request.name!r} not found in the reachable shards; shards "
                              f"{', '.join(missing)} could not be asked")  # fmt: skip
-        return pb.RemoveRecurringResponse(removed=removed)
+        return found
+
+    # ------------------------------------------------------------------------------ Console
+
+    async def list_shards(self, caller: Caller, request: pb.Empty | None = None) -> cpb.ListShardsResponse:
+        """Every shard's leader, as it describes itself (``cronoq.console.v1``)."""
+        return await self._merged_read(caller, "console", "ListShards", self.local.list_shards,
+                                       cpb.ListShardsResponse(), "shards")  # fmt: skip
+
+    async def list_schedules(self, caller: Caller, request: pb.Empty | None = None) -> cpb.ListSchedulesResponse:
+        """Every shard's schedules with their paused state and next runs (``cronoq.console.v1``)."""
+        return await self._merged_read(caller, "console", "ListSchedules", self.local.list_schedules,
+                                       cpb.ListSchedulesResponse(), "schedules")  # fmt: skip
+
+    async def pause_schedule(self, caller: Caller, request: cpb.ScheduleRequest) -> cpb.ScheduleResponse:
+        return await self._switch_schedule(caller, request, "PauseSchedule", self.local.pause_schedule)
+
+    async def resume_schedule(self, caller: Caller, request: cpb.ScheduleRequest) -> cpb.ScheduleResponse:
+        return await self._switch_schedule(caller, request, "ResumeSchedule", self.local.resume_schedule)
+
+    async def _switch_schedule(self, caller: Caller, request: cpb.ScheduleRequest, method: str,
+                               local: Callable[[Any, Any], Awaitable[cpb.ScheduleResponse]]
+                               ) -> cpb.ScheduleResponse:  # fmt: skip
+        if self._local_only(caller):
+            return await local(caller, request)
+        found = await self._on_schedule(caller, request, "console", method, local, lambda answer: answer.found)
+        return cpb.ScheduleResponse(found=found)
 
 
 def _by_key(ref: pb.TaskRef) -> bool:

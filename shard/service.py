@@ -380,6 +380,11 @@ class ShardService:
         result: bool = await self._call(lambda core, now: core.remove_recurring(now, name))
         return result
 
+    async def pause_recurring(self, name: str, paused: bool) -> bool:
+        """Pause or resume schedule ``name``; False if there is none (see ``Core.pause_recurring``)."""
+        result: bool = await self._call(lambda core, now: core.pause_recurring(now, name, paused))
+        return result
+
     async def list_recurring(self) -> list[RecurringInfo]:
         result: list[RecurringInfo] = await self._call(lambda core, now: core.list_recurring())
         return result

@@ -127,7 +127,7 @@ STATUS_COLUMNS: Final = (
     "has_output",
 )
 
-RECURRING_COLUMNS: Final = ("name", "cron", "spec", "payload", "next_at", "last_task_id")
+RECURRING_COLUMNS: Final = ("name", "cron", "spec", "payload", "next_at", "last_task_id", "paused")
 
 TERMINAL_VALUES: Final = frozenset(s.value for s in TaskStatus if s.terminal)
 _RUNNING: Final = TaskStatus.RUNNING
@@ -615,6 +615,7 @@ def _recurring_row(m: PutRecurring, codec: Codec) -> tuple[Any, ...]:
         codec.encode(spec.template.payload),
         _opt_i64(m.next_at, "next_at"),
         None if m.last_task_id is None else to_db_id(m.last_task_id),
+        m.paused,
     )
 
 
@@ -824,6 +825,7 @@ def _decode_recurring(row: Sequence[Any], codec: Codec) -> RecoveredRecurring:
         spec=spec,
         next_at=_want_opt_int(row[4], "next_at"),
         last_task_id=None if last is None else from_db_id(last),
+        paused=bool(row[6]),
     )
 
 

@@ -22,6 +22,7 @@ Version history:
    ``cronoq_task_transitions``, the status changes of each task. SQLite records them with a
    trigger on its status updates; Postgres when it folds the event log into the task rows (each
    logged status row becomes one). Deleting a task row deletes its transitions (a trigger).
+5. ``paused`` on recurring schedules (an admin paused it: it creates no occurrence until resumed).
 
 In Postgres statements ``{s}`` stands for the quoted schema name.
 """
@@ -137,6 +138,10 @@ SQLITE_MIGRATIONS: Final[tuple[Migration, ...]] = (
                 DELETE FROM cronoq_task_transitions WHERE task_id = OLD.id;
             END""",
         ),
+    ),
+    Migration(
+        "paused recurring schedules",
+        ("ALTER TABLE cronoq_recurring ADD COLUMN paused INTEGER NOT NULL DEFAULT 0",),
     ),
 )
 
@@ -256,6 +261,10 @@ PG_MIGRATIONS: Final[tuple[Migration, ...]] = (
             """CREATE TRIGGER cronoq_tasks_forget AFTER DELETE ON {s}.cronoq_tasks
             REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION {s}.cronoq_forget_transitions()""",
         ),
+    ),
+    Migration(
+        "paused recurring schedules",
+        ("ALTER TABLE {s}.cronoq_recurring ADD COLUMN paused boolean NOT NULL DEFAULT false",),
     ),
 )
 

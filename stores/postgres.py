@@ -75,7 +75,8 @@ log = logging.getLogger("cronoq.stores.postgres")
 _SCHEMA_NAME = re.compile(r"[A-Za-z0-9_]{1,63}")
 
 _STATUS_TYPES = E.EVENT_TYPES
-_RECURRING_TYPES = ("text", "text", "text", "bytea", "bigint", "bigint")
+_RECURRING_TYPES = ("text", "text", "text", "bytea", "bigint", "bigint", "boolean")
+assert len(_RECURRING_TYPES) == len(R.RECURRING_COLUMNS)
 assert len(_STATUS_TYPES) == len(R.STATUS_COLUMNS)
 
 # SQLSTATE classes of failures worth retrying: connection, transaction rollback (serialization,

@@ -70,7 +70,8 @@ _UPDATE_STATUS = (
     "output = ?8, has_output = ?9 WHERE id = ?1"
 )
 _UPSERT_RECURRING = (
-    f"INSERT INTO cronoq_recurring ({', '.join(R.RECURRING_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?) "
+    f"INSERT INTO cronoq_recurring ({', '.join(R.RECURRING_COLUMNS)}) "
+    f"VALUES ({', '.join('?' * len(R.RECURRING_COLUMNS))}) "
     "ON CONFLICT (name) DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in R.RECURRING_COLUMNS if c != "name")
 )
 

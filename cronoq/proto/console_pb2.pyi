@@ -40,15 +40,87 @@ class Transition(_message.Message):
     def __init__(self, status: _Optional[_Union[_cronoq_pb2.TaskStatus, str]] = ..., attempt: _Optional[int] = ..., at_unix_ns: _Optional[int] = ..., message: _Optional[str] = ..., retry_unix_ns: _Optional[int] = ...) -> None: ...
 
 class TaskDetail(_message.Message):
-    __slots__ = ("info", "spec", "transitions", "payload_preview", "payload_bytes")
+    __slots__ = ("info", "spec", "transitions", "payload_preview", "payload_bytes", "output_preview", "output_bytes", "output_content_type")
     INFO_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     TRANSITIONS_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_PREVIEW_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_BYTES_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_PREVIEW_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_CONTENT_TYPE_FIELD_NUMBER: _ClassVar[int]
     info: _cronoq_pb2.TaskInfo
     spec: _cronoq_pb2.TaskSpec
     transitions: _containers.RepeatedCompositeFieldContainer[Transition]
     payload_preview: bytes
     payload_bytes: int
-    def __init__(self, info: _Optional[_Union[_cronoq_pb2.TaskInfo, _Mapping]] = ..., spec: _Optional[_Union[_cronoq_pb2.TaskSpec, _Mapping]] = ..., transitions: _Optional[_Iterable[_Union[Transition, _Mapping]]] = ..., payload_preview: _Optional[bytes] = ..., payload_bytes: _Optional[int] = ...) -> None: ...
+    output_preview: bytes
+    output_bytes: int
+    output_content_type: str
+    def __init__(self, info: _Optional[_Union[_cronoq_pb2.TaskInfo, _Mapping]] = ..., spec: _Optional[_Union[_cronoq_pb2.TaskSpec, _Mapping]] = ..., transitions: _Optional[_Iterable[_Union[Transition, _Mapping]]] = ..., payload_preview: _Optional[bytes] = ..., payload_bytes: _Optional[int] = ..., output_preview: _Optional[bytes] = ..., output_bytes: _Optional[int] = ..., output_content_type: _Optional[str] = ...) -> None: ...
+
+class ShardInfo(_message.Message):
+    __slots__ = ("name", "number", "pools", "endpoint", "leader", "host", "pid", "epoch", "leading_since_unix_ns", "version", "store")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    NUMBER_FIELD_NUMBER: _ClassVar[int]
+    POOLS_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LEADING_SINCE_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    STORE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    number: int
+    pools: _containers.RepeatedScalarFieldContainer[str]
+    endpoint: str
+    leader: str
+    host: str
+    pid: int
+    epoch: int
+    leading_since_unix_ns: int
+    version: str
+    store: str
+    def __init__(self, name: _Optional[str] = ..., number: _Optional[int] = ..., pools: _Optional[_Iterable[str]] = ..., endpoint: _Optional[str] = ..., leader: _Optional[str] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ..., epoch: _Optional[int] = ..., leading_since_unix_ns: _Optional[int] = ..., version: _Optional[str] = ..., store: _Optional[str] = ...) -> None: ...
+
+class ListShardsResponse(_message.Message):
+    __slots__ = ("shards", "unavailable_shards")
+    SHARDS_FIELD_NUMBER: _ClassVar[int]
+    UNAVAILABLE_SHARDS_FIELD_NUMBER: _ClassVar[int]
+    shards: _containers.RepeatedCompositeFieldContainer[ShardInfo]
+    unavailable_shards: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, shards: _Optional[_Iterable[_Union[ShardInfo, _Mapping]]] = ..., unavailable_shards: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Schedule(_message.Message):
+    __slots__ = ("info", "paused", "key", "next_runs_unix_ns")
+    INFO_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    NEXT_RUNS_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
+    info: _cronoq_pb2.RecurringInfo
+    paused: bool
+    key: str
+    next_runs_unix_ns: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, info: _Optional[_Union[_cronoq_pb2.RecurringInfo, _Mapping]] = ..., paused: _Optional[bool] = ..., key: _Optional[str] = ..., next_runs_unix_ns: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class ListSchedulesResponse(_message.Message):
+    __slots__ = ("schedules", "unavailable_shards")
+    SCHEDULES_FIELD_NUMBER: _ClassVar[int]
+    UNAVAILABLE_SHARDS_FIELD_NUMBER: _ClassVar[int]
+    schedules: _containers.RepeatedCompositeFieldContainer[Schedule]
+    unavailable_shards: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, schedules: _Optional[_Iterable[_Union[Schedule, _Mapping]]] = ..., unavailable_shards: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ScheduleRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class ScheduleResponse(_message.Message):
+    __slots__ = ("found",)
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    found: bool
+    def __init__(self, found: _Optional[bool] = ...) -> None: ...

@@ -45,6 +45,26 @@ class ConsoleStub:
                 request_serializer=cronoq_dot_v1_dot_cronoq__pb2.GetRequest.SerializeToString,
                 response_deserializer=cronoq_dot_console_dot_v1_dot_console__pb2.TaskDetail.FromString,
                 _registered_method=True)
+        self.ListShards = channel.unary_unary(
+                '/cronoq.console.v1.Console/ListShards',
+                request_serializer=cronoq_dot_v1_dot_cronoq__pb2.Empty.SerializeToString,
+                response_deserializer=cronoq_dot_console_dot_v1_dot_console__pb2.ListShardsResponse.FromString,
+                _registered_method=True)
+        self.ListSchedules = channel.unary_unary(
+                '/cronoq.console.v1.Console/ListSchedules',
+                request_serializer=cronoq_dot_v1_dot_cronoq__pb2.Empty.SerializeToString,
+                response_deserializer=cronoq_dot_console_dot_v1_dot_console__pb2.ListSchedulesResponse.FromString,
+                _registered_method=True)
+        self.PauseSchedule = channel.unary_unary(
+                '/cronoq.console.v1.Console/PauseSchedule',
+                request_serializer=cronoq_dot_console_dot_v1_dot_console__pb2.ScheduleRequest.SerializeToString,
+                response_deserializer=cronoq_dot_console_dot_v1_dot_console__pb2.ScheduleResponse.FromString,
+                _registered_method=True)
+        self.ResumeSchedule = channel.unary_unary(
+                '/cronoq.console.v1.Console/ResumeSchedule',
+                request_serializer=cronoq_dot_console_dot_v1_dot_console__pb2.ScheduleRequest.SerializeToString,
+                response_deserializer=cronoq_dot_console_dot_v1_dot_console__pb2.ScheduleResponse.FromString,
+                _registered_method=True)
 
 
 class ConsoleServicer:
@@ -62,6 +82,33 @@ class ConsoleServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListShards(self, request, context):
+        """Metrics role.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSchedules(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PauseSchedule(self, request, context):
+        """Admin role. A paused schedule creates no run until resumed; resumed, it continues with its
+        first start after the present (what fell while it was paused is not run).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeSchedule(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ConsoleServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -74,6 +121,26 @@ def add_ConsoleServicer_to_server(servicer, server):
                     servicer.GetTaskDetail,
                     request_deserializer=cronoq_dot_v1_dot_cronoq__pb2.GetRequest.FromString,
                     response_serializer=cronoq_dot_console_dot_v1_dot_console__pb2.TaskDetail.SerializeToString,
+            ),
+            'ListShards': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListShards,
+                    request_deserializer=cronoq_dot_v1_dot_cronoq__pb2.Empty.FromString,
+                    response_serializer=cronoq_dot_console_dot_v1_dot_console__pb2.ListShardsResponse.SerializeToString,
+            ),
+            'ListSchedules': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSchedules,
+                    request_deserializer=cronoq_dot_v1_dot_cronoq__pb2.Empty.FromString,
+                    response_serializer=cronoq_dot_console_dot_v1_dot_console__pb2.ListSchedulesResponse.SerializeToString,
+            ),
+            'PauseSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.PauseSchedule,
+                    request_deserializer=cronoq_dot_console_dot_v1_dot_console__pb2.ScheduleRequest.FromString,
+                    response_serializer=cronoq_dot_console_dot_v1_dot_console__pb2.ScheduleResponse.SerializeToString,
+            ),
+            'ResumeSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeSchedule,
+                    request_deserializer=cronoq_dot_console_dot_v1_dot_console__pb2.ScheduleRequest.FromString,
+                    response_serializer=cronoq_dot_console_dot_v1_dot_console__pb2.ScheduleResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -130,6 +197,114 @@ class Console:
             '/cronoq.console.v1.Console/GetTaskDetail',
             cronoq_dot_v1_dot_cronoq__pb2.GetRequest.SerializeToString,
             cronoq_dot_console_dot_v1_dot_console__pb2.TaskDetail.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListShards(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cronoq.console.v1.Console/ListShards',
+            cronoq_dot_v1_dot_cronoq__pb2.Empty.SerializeToString,
+            cronoq_dot_console_dot_v1_dot_console__pb2.ListShardsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSchedules(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cronoq.console.v1.Console/ListSchedules',
+            cronoq_dot_v1_dot_cronoq__pb2.Empty.SerializeToString,
+            cronoq_dot_console_dot_v1_dot_console__pb2.ListSchedulesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PauseSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cronoq.console.v1.Console/PauseSchedule',
+            cronoq_dot_console_dot_v1_dot_console__pb2.ScheduleRequest.SerializeToString,
+            cronoq_dot_console_dot_v1_dot_console__pb2.ScheduleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cronoq.console.v1.Console/ResumeSchedule',
+            cronoq_dot_console_dot_v1_dot_console__pb2.ScheduleRequest.SerializeToString,
+            cronoq_dot_console_dot_v1_dot_console__pb2.ScheduleResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -11,14 +11,20 @@ term, ``None`` while this server is a standby (every call then answers UNAVAILAB
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from functools import wraps
 from typing import ParamSpec, TypeVar
 
+from cronoq import __version__
 from cronoq.config import Config, Role
 from cronoq.engine import Core, Snapshot, TaskInfo, TaskRef, TaskSpec, TaskStatus
+from cronoq.engine.cron import CronSchedule
 from cronoq.engine.recurring import RUN_KEY_SUFFIX_LEN, is_run_key
+from cronoq.engine.types import ConfigError
+from cronoq.engine.views import RecurringInfo
 from cronoq.proto import console_pb2 as cpb
 from cronoq.proto import cronoq_pb2 as pb
 from cronoq.shard.driver import StoreTrouble
@@ -27,11 +33,13 @@ from cronoq.shard.service import ShardService, Subscription
 from . import convert
 from .auth import Principal
 from .errors import ApiError, Code, from_exception
-from .history import task_detail, task_query
+from .history import PAYLOAD_PREVIEW_BYTES, task_detail, task_query
 
 __all__ = ["DEFAULT_LIST_LIMIT", "Api", "default_pool_name"]
 
 DEFAULT_LIST_LIMIT = 100
+NEXT_RUNS = 5
+"""How many next starts of a schedule the console is told."""
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -67,7 +75,10 @@ class Api:
         self.config = config
         self.limits = config.limits
         self.clock = clock
-        self.service: ShardService | None = None
+        self._service: ShardService | None = None
+        self._leading_since = 0
+        self.address = config.server.grpc_addr
+        """This server's gRPC address, as bound (the server sets it once listening)."""
         self.pools: tuple[str, ...] = tuple(pool.name for pool in config.local_pools())
         self._pool_set = frozenset(self.pools)
         self._all_pools = frozenset(pool.name for pool in config.pools)
@@ -77,6 +88,16 @@ class Api:
         self.store_trouble = StoreTrouble()
 
     # ------------------------------------------------------------------------------- helpers
+
+    @property
+    def service(self) -> ShardService | None:
+        return self._service
+
+    @service.setter
+    def service(self, service: ShardService | None) -> None:
+        if service is not None and service is not self._service:
+            self._leading_since = self.clock()
+        self._service = service
 
     def current(self) -> ShardService:
         service = self.service
@@ -294,7 +315,14 @@ class Api:
         principal.require(Role.CLIENT)
         info, available = await self._visible_info(principal, convert.task_ref(request.task))
         service = self.current()
-        return task_detail(info, available, await service.stored_task(info.id), await service.transitions(info.id))
+        detail = task_detail(info, available, await service.stored_task(info.id), await service.transitions(info.id))
+        if available:
+            output = (await service.wait(info.id, 0.0)).output
+            if output is not None:
+                detail.output_preview = output.data[:PAYLOAD_PREVIEW_BYTES]
+                detail.output_bytes = len(output.data)
+                detail.output_content_type = output.content_type
+        return detail
 
     @_api_errors
     async def wait(self, principal: Principal, request: pb.WaitRequest) -> pb.TaskResult:
@@ -424,6 +452,69 @@ class Api:
         return pb.ListRecurringResponse(
             schedules=[convert.recurring_info(info) for info in infos if principal.sees(info.pool)]
         )
+
+    # ------------------------------------------------------------------------------- Console
+
+    @_api_errors
+    async def list_shards(self, principal: Principal, request: pb.Empty | None = None) -> cpb.ListShardsResponse:
+        """This shard as its leader (this server) describes itself (metrics role); a pool-scoped
+        caller is told only of its own pools."""
+        principal.require(Role.METRICS)
+        service = self.current()
+        local = self.config.local_shard()
+        info = cpb.ShardInfo(leader=self.address, host=socket.gethostname(), pid=os.getpid(),
+                             epoch=service.driver.epoch, leading_since_unix_ns=self._leading_since,
+                             version=__version__, store=self.config.store.kind,
+                             pools=principal.visible(self.pools))  # fmt: skip
+        if local is not None:
+            info.name, info.number, info.endpoint = local.name, local.number, local.endpoint
+        return cpb.ListShardsResponse(shards=[info])
+
+    @_api_errors
+    async def list_schedules(self, principal: Principal, request: pb.Empty | None = None
+                             ) -> cpb.ListSchedulesResponse:  # fmt: skip
+        """The schedules the caller may see, with what ``ListRecurring`` cannot say (metrics role)."""
+        principal.require(Role.METRICS)
+        now = self.clock()
+        infos = await self.current().list_recurring()
+        return cpb.ListSchedulesResponse(
+            schedules=[_schedule(info, now) for info in infos if principal.sees(info.pool)]
+        )
+
+    @_api_errors
+    async def pause_schedule(self, principal: Principal, request: cpb.ScheduleRequest) -> cpb.ScheduleResponse:
+        return await self._switch_schedule(principal, request, paused=True)
+
+    @_api_errors
+    async def resume_schedule(self, principal: Principal, request: cpb.ScheduleRequest) -> cpb.ScheduleResponse:
+        return await self._switch_schedule(principal, request, paused=False)
+
+    async def _switch_schedule(self, principal: Principal, request: cpb.ScheduleRequest, *,
+                               paused: bool) -> cpb.ScheduleResponse:  # fmt: skip
+        principal.require(Role.ADMIN)
+        name = convert.text(request.name, "name")
+        service = self.current()
+        if principal.scoped:
+            infos = {info.name: info for info in await service.list_recurring()}
+            info = infos.get(name)
+            if info is None or not principal.sees(info.pool):
+                return cpb.ScheduleResponse(found=False)
+        return cpb.ScheduleResponse(found=await service.pause_recurring(name, paused))
+
+
+def _schedule(info: RecurringInfo, now: int) -> cpb.Schedule:
+    """A schedule for the console: its ``RecurringInfo``, paused state, key and next starts."""
+    out = cpb.Schedule(info=convert.recurring_info(info), paused=info.paused, key=info.key or "")
+    if info.next_at is not None and info.armed:
+        try:
+            cron = CronSchedule.parse(info.cron, info.tz)
+        except ConfigError:
+            return out
+        start = info.next_at
+        while len(out.next_runs_unix_ns) < NEXT_RUNS:
+            out.next_runs_unix_ns.append(start)
+            start = cron.next_after(max(start, now))
+    return out
 
 
 def _visible_part(snap: Snapshot, principal: Principal) -> Snapshot:

@@ -195,6 +195,7 @@ class ServerApp:
         if self.web_front is not None:
             self.web_front.target = address.removeprefix("unix:")
         role = "standby" if standby else "leader"
+        self.api.address = self.grpc_address
         log.info("listening (%s) grpc=%s", role, self.grpc_address)
         if self.on_listening is not None:
             self.on_listening(Listening(role, self.grpc_address))

@@ -186,6 +186,10 @@ class GrpcWebFront:
             admin + "ListRecurring": _Method(pb.Empty, r.list_recurring),
             console + "SearchTasks": _Method(cpb.SearchTasksRequest, r.search_tasks),
             console + "GetTaskDetail": _Method(pb.GetRequest, r.task_detail),
+            console + "ListShards": _Method(pb.Empty, r.list_shards),
+            console + "ListSchedules": _Method(pb.Empty, r.list_schedules),
+            console + "PauseSchedule": _Method(cpb.ScheduleRequest, r.pause_schedule),
+            console + "ResumeSchedule": _Method(cpb.ScheduleRequest, r.resume_schedule),
         }
 
     # ------------------------------------------------------------------------------ listening

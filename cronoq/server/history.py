@@ -47,8 +47,7 @@ def task_query(request: cpb.SearchTasksRequest, pools: Sequence[str] | None, lim
     statuses = convert.list_statuses(listing.statuses)
     created_from = request.created_from_unix_ns if request.HasField("created_from_unix_ns") else None
     created_to = request.created_to_unix_ns if request.HasField("created_to_unix_ns") else None
-    if created_from is not None and created_to is not None and created_to < created_from:
-        raise ApiError.invalid("created_to_unix_ns must not be before created_from_unix_ns")
+    # An inverted range is not an error: like any range, it holds what lies in it (nothing).
     return TaskQuery(
         pools=frozenset(pools) if pools else None,
         statuses=frozenset(statuses) or None,

@@ -61,6 +61,7 @@ from cronoq.router import Router, collect_unavailable
 from . import openapi
 from .api import Api
 from .auth import Authenticator, Principal
+from .console.handlers import EVENTS_QUERY, SEARCH_QUERY, ConsoleHandlers
 from .errors import NOT_LEADER_MESSAGE, ApiError, Code, from_exception
 from .http2 import H2Request
 from .http_listen import (
@@ -79,9 +80,6 @@ from .json_shapes import (
     EDGE_CONDS,
     MISS_POLICIES,
     PRIORITIES,
-    STATUSES,
-    list_json,
-    recurring_json,
     refuse_constants,
     result_json,
     snapshot_json,
@@ -92,7 +90,7 @@ from .json_shapes import (
 )
 from .unary import UnaryRunner
 
-__all__ = ["METRICS_ROUTES", "ROUTES", "HttpError", "HttpGateway", "ListenError", "Route", "start_http"]
+__all__ = ["METRICS_ROUTES", "ROUTES", "UI_ROUTES", "HttpError", "HttpGateway", "ListenError", "Route", "start_http"]
 
 log = logging.getLogger("cronoq.server")
 
@@ -137,18 +135,27 @@ class Route:
 
 ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/tasks", "submit", Role.CLIENT, waits=True, body=True),
-    Route("GET", "/v1/tasks", "list_tasks", Role.CLIENT, waits=True, query=("pool", "status", "limit", "after")),
+    Route("GET", "/v1/tasks", "list_tasks", Role.CLIENT, waits=True, query=SEARCH_QUERY),
     Route("POST", "/v1/tasks:batch", "submit_batch", Role.CLIENT, body=True),
     # The by-key routes come first: ``/v1/tasks/by-key/result`` names the key "result".
     Route("GET", "/v1/tasks/by-key/{key}", "get_task", Role.CLIENT),
     Route("DELETE", "/v1/tasks/by-key/{key}", "cancel_task", Role.CLIENT),
     Route("GET", "/v1/tasks/by-key/{key}/result", "task_result", Role.CLIENT, waits=True, query=("timeout_s",)),
+    Route("GET", "/v1/tasks/by-key/{key}/detail", "task_detail", Role.CLIENT),
     Route("GET", "/v1/tasks/{id}", "get_task", Role.CLIENT),
     Route("DELETE", "/v1/tasks/{id}", "cancel_task", Role.CLIENT),
     Route("GET", "/v1/tasks/{id}/result", "task_result", Role.CLIENT, waits=True, query=("timeout_s",)),
+    Route("GET", "/v1/tasks/{id}/detail", "task_detail", Role.CLIENT),
+    Route("GET", "/v1/events", "watch_events", Role.CLIENT, waits=True, query=EVENTS_QUERY),
     Route("GET", "/v1/snapshot", "snapshot", Role.METRICS),
+    Route("GET", "/v1/shards", "list_shards", Role.METRICS),
     Route("GET", "/v1/workers", "list_workers", Role.METRICS),
     Route("GET", "/v1/recurring", "list_recurring", Role.METRICS),
+    Route("GET", "/v1/schedules", "list_schedules", Role.METRICS),
+    Route("POST", "/v1/recurring/{name}/pause", "pause_schedule", Role.ADMIN),
+    Route("POST", "/v1/recurring/{name}/resume", "resume_schedule", Role.ADMIN),
+    Route("DELETE", "/v1/recurring/{name}", "remove_schedule", Role.ADMIN),
+    Route("GET", "/v1/whoami", "whoami", None, leader_only=False),
     Route("GET", "/v1/openapi.json", "openapi", None, leader_only=False),
     Route("GET", "/metrics", "metrics", Role.METRICS),
     Route("GET", "/healthz", "healthz", None, authenticated=False, leader_only=False),
@@ -162,6 +169,14 @@ METRICS_ROUTES: tuple[Route, ...] = (
     Route("GET", "/readyz", "readyz", None, authenticated=False, leader_only=False),
 )
 """The operations of the optional ``server.metrics_addr`` listener: no credentials, no TLS."""
+
+UI_ROUTES: tuple[Route, ...] = (
+    Route("GET", "/ui", "ui_redirect", None, authenticated=False, leader_only=False),
+    Route("GET", "/ui/", "ui_index", None, authenticated=False, leader_only=False),
+    Route("GET", "/ui/{file}", "ui_file", None, authenticated=False, leader_only=False),
+)
+"""The web console's pages (``cronoq.server.console``), on the main listener when
+``[server.console] enabled = true``. They need no credentials: the page asks for a token."""
 
 
 # ======================================================================================= errors
@@ -540,8 +555,8 @@ def _segment(raw: str, what: str) -> str:
 Handler = Callable[[Request, Principal, dict[str, str]], Awaitable[web.StreamResponse]]
 
 
-class _Gateway:
-    """The request handler of one listener."""
+class _Gateway(ConsoleHandlers):
+    """The request handler of one listener (the console's handlers come from ``ConsoleHandlers``)."""
 
     def __init__(self, api: Api, config: Config, authenticator: Authenticator, routes: tuple[Route, ...],
                  *, guard_host: bool, router: Router | None = None,
@@ -702,24 +717,6 @@ class _Gateway:
         response = await self.router.submit_batch(principal, message)
         return json_response({"tasks": [submit_json(item) for item in response.tasks]})
 
-    async def list_tasks(self, request: Request, principal: Principal,
-                         params: dict[str, str]) -> web.Response:  # fmt: skip
-        query = request.rel_url.query
-        message = pb.ListTasksRequest()
-        for value in query.getall("pool", []):
-            message.pools.extend(_string(name, "pool") for name in value.split(",") if name)
-        for value in query.getall("status", []):
-            message.statuses.extend(_choice(name, STATUSES, "status") for name in value.split(",") if name)
-        if (limit := self._single(request, "limit")) is not None:
-            if not limit.isdigit() or int(limit) > _UINT32_MAX:
-                _bad("limit must be a whole number (0 selects the default page size)")
-            message.limit = int(limit)
-        if (after := self._single(request, "after")) is not None:
-            if not _DECIMAL.fullmatch(after):
-                _bad("after must be a decimal task id")
-            message.after = min(int(after), _UINT64_MAX)  # nothing follows the largest id
-        return json_response(list_json(await self.router.list_tasks(principal, message)))
-
     async def get_task(self, request: Request, principal: Principal, params: dict[str, str]) -> web.Response:
         with collect_unavailable() as missing:
             info = await self.router.get(principal, pb.GetRequest(task=self._ref(params)))
@@ -751,10 +748,6 @@ class _Gateway:
     async def list_workers(self, request: Request, principal: Principal,
                            params: dict[str, str]) -> web.Response:  # fmt: skip
         return json_response(workers_json(await self.router.list_workers(principal, pb.Empty())))
-
-    async def list_recurring(self, request: Request, principal: Principal,
-                             params: dict[str, str]) -> web.Response:  # fmt: skip
-        return json_response(recurring_json(await self.router.list_recurring(principal, pb.Empty())))
 
     async def metrics(self, request: Request, principal: Principal, params: dict[str, str]) -> web.Response:
         body, content_type = await self.api.metrics_text(principal)
@@ -858,7 +851,8 @@ async def start_http(api: Api, config: Config, *, authenticator: Authenticator |
         if server.metrics_addr is not None:
             sockets.append(bind(server.metrics_addr))
         context = ssl_context(server.tls) if server.tls is not None else None
-        main = _Gateway(api, config, auth, ROUTES, guard_host=guard, router=router, unary=unary)
+        routes = ROUTES + (UI_ROUTES if server.console.enabled else ())
+        main = _Gateway(api, config, auth, routes, guard_host=guard, router=router, unary=unary)
         await gateway._add(main, sockets[0], context)
         gateway.address = format_address(sockets[0])
         if context is not None:

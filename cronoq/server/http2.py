@@ -32,7 +32,7 @@ import socket
 import struct
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from email.utils import formatdate
 from typing import cast
 
@@ -47,7 +47,7 @@ from hyperframe.frame import GoAwayFrame
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-__all__ = ["PREFACE", "H2Request", "Http2Connection", "Http2Limits", "reset", "retire"]
+__all__ = ["PREFACE", "H2Request", "Http2Connection", "Http2Limits", "StreamedResponse", "reset", "retire"]
 
 log = logging.getLogger("cronoq.server")
 
@@ -86,6 +86,16 @@ class StreamStalled(Exception):
 
 
 # ======================================================================================= requests
+
+
+class StreamedResponse(web.StreamResponse):
+    """An answer whose body goes out chunk by chunk as ``chunks`` yields them, without a length
+    (an event stream). The handler of an HTTP/1.1 request writes such a body itself."""
+
+    def __init__(self, chunks: AsyncIterator[bytes], *, status: int = 200,
+                 headers: Mapping[str, str] | None = None) -> None:  # fmt: skip
+        super().__init__(status=status, headers=headers)
+        self.chunks = chunks
 
 
 class H2Body:
@@ -523,6 +533,7 @@ class Http2Connection(asyncio.Protocol):
             self._finish(stream)
 
     async def _respond(self, stream: _Stream, response: web.StreamResponse) -> None:
+        streamed = response.chunks if isinstance(response, StreamedResponse) else None
         body = response.body if isinstance(response, web.Response) else None
         if body is not None and not isinstance(body, bytes | bytearray):
             raise TypeError(f"http2: only bytes bodies are supported, not {type(body).__name__}")
@@ -535,14 +546,33 @@ class Http2Connection(asyncio.Protocol):
         names = {name for name, _ in headers}
         if data and "content-type" not in names:
             headers.append(("content-type", "application/octet-stream"))  # what aiohttp sends too
-        headers.append(("content-length", str(len(data))))
+        if streamed is None:
+            headers.append(("content-length", str(len(data))))
         if "date" not in names:
             headers.append(("date", formatdate(usegmt=True)))
         if self._closed:
             raise StreamGone("the connection closed")
-        self._h2.send_headers(stream.stream_id, headers, end_stream=not data)
-        stream.answered = not data
+        ended = not data and streamed is None
+        self._h2.send_headers(stream.stream_id, headers, end_stream=ended)
+        stream.answered = ended
         self._flush()
+        if streamed is None:
+            await self._send_body(stream, data, end=True)
+            return
+        try:
+            async for chunk in streamed:
+                await self._send_body(stream, chunk, end=False)
+        finally:
+            close = getattr(streamed, "aclose", None)  # a generator's cleanup runs now, even when cancelled
+            if close is not None:
+                await close()
+        if not self._closed:
+            self._h2.send_data(stream.stream_id, b"", end_stream=True)
+            stream.answered = True
+            self._flush()
+
+    async def _send_body(self, stream: _Stream, data: bytes, *, end: bool) -> None:
+        """``data`` as DATA frames within the peer's windows; the last one ends the stream if ``end``."""
         view = memoryview(data)
         offset = 0
         while offset < len(data):
@@ -556,8 +586,9 @@ class Http2Connection(asyncio.Protocol):
                 continue
             chunk = view[offset : offset + window]
             offset += len(chunk)
-            self._h2.send_data(stream.stream_id, chunk.tobytes(), end_stream=offset == len(data))
-            stream.answered = offset == len(data)
+            last = end and offset == len(data)
+            self._h2.send_data(stream.stream_id, chunk.tobytes(), end_stream=last)
+            stream.answered = last
             self._flush()
             await self._drain()
 

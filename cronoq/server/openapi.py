@@ -588,7 +588,7 @@ def document(limits: LimitsConfig | None = None, resources: Mapping[str, int] | 
         f"E{code}": {"description": text, "content": copy.deepcopy(error)} for code, text in _ERRORS.items()
     }
     responses["E401"]["headers"] = {"www-authenticate": {"schema": {"type": "string", "const": "Bearer"}}}
-    return {
+    out = {
         "openapi": "3.1.0",
         "info": {
             "title": "cronoq HTTP API",
@@ -605,3 +605,7 @@ def document(limits: LimitsConfig | None = None, resources: Mapping[str, int] | 
             "responses": responses,
         },
     }
+    from .console.openapi import extend  # the console's calls: history filters, details, events, ...
+
+    extend(out, UNIX_NS_OUT, ID_OUT, SHARD_NAMES)
+    return out

@@ -2,22 +2,30 @@
 
 from __future__ import annotations
 
+import asyncio
+import urllib.request
 from pathlib import Path
 
 from cronoq.cluster.launcher import Cluster
 from cronoq.cluster.layout import ClusterOptions
 from cronoq.cluster.probe import pid_alive
 
-from cronoq.demo import describe, run_flow, shard_of_id, start_workers, stop_workers
+from cronoq.demo import describe, run_flow, serving_help, shard_of_id, start_workers, stop_workers
 
 
 async def test_demo_flow_forwards_redirects_and_merges(tmp_path: Path) -> None:
     lines: list[str] = []
-    cluster = Cluster(ClusterOptions(shards=2, replicas=1, state=tmp_path, base_port=0), say=lines.append)
+    cluster = Cluster(ClusterOptions(shards=2, replicas=1, state=tmp_path, base_port=0, console=True),
+                      say=lines.append)  # fmt: skip
     await cluster.start()
     pids = [replica.pid for replica in cluster.replicas]
     workers = []
     try:
+        # make run prints where the console is, and that page is served there.
+        console = f"{cluster.shard('s1').plan.http_url}/ui/"
+        assert f"web console: {console}" in serving_help(cluster) and console in cluster.summary()
+        with await asyncio.to_thread(urllib.request.urlopen, console, timeout=10) as page:
+            assert page.status == 200 and b'<script type="module" src="app.js">' in page.read()
         workers, redirects = await start_workers(cluster, say=lines.append)
         # The pool2 worker was given s1's endpoint and went to s2 by itself.
         assert any("'pool2'" in line and cluster.shard("s2").plan.endpoint in line for line in redirects)

@@ -536,6 +536,21 @@ async def test_recurring_upsert_and_delete(backend: Backend) -> None:
     assert (got["a"].spec.cron, got["a"].next_at, got["a"].last_task_id) == ("0 * * * *", T0 + HOUR, 77)
     assert got["d"].spec == recurring_spec("d", overlap=OverlapPolicy.ALLOW)
     assert (got["d"].next_at, got["d"].last_task_id) == (T0 + 5, 3)
+    assert not got["a"].paused and not got["d"].paused
+
+
+async def test_a_paused_schedule_stays_paused_until_resumed(backend: Backend) -> None:
+    store, epoch = await leader(backend)
+    await store.commit(epoch, [PutRecurring(recurring_spec("a"), T0, None), PutRecurring(recurring_spec("b"), T0, 4)])
+    await store.commit(epoch, [PutRecurring(recurring_spec("a"), None, None, paused=True)])
+    rec = await backend.open().recover(T0)
+    assert [(r.spec.name, r.next_at, r.last_task_id, r.paused) for r in rec.recurring] == [
+        ("a", None, None, True),
+        ("b", T0, 4, False),
+    ]
+    await store.commit(epoch, [PutRecurring(recurring_spec("a"), T0 + HOUR, None, paused=False)])
+    rec = await backend.open().recover(T0)
+    assert [(r.spec.name, r.next_at, r.paused) for r in rec.recurring] == [("a", T0 + HOUR, False), ("b", T0, False)]
 
 
 # ---------------------------------------------------------------------------------------------

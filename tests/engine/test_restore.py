@@ -68,7 +68,7 @@ def recover(mutations: Iterable[object], lease_high_water: int = 0) -> Recovered
                 row["has_output"] = mutation.has_output
         elif isinstance(mutation, PutRecurring):
             schedules[mutation.spec.name] = RecoveredRecurring(mutation.spec, mutation.next_at,
-                                                               mutation.last_task_id)
+                                                               mutation.last_task_id, mutation.paused)
         elif isinstance(mutation, DeleteRecurring):
             schedules.pop(mutation.name, None)
     return Recovered(

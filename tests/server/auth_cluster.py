@@ -23,6 +23,8 @@ from typing import Any
 import grpc
 import pytest
 
+from cronoq.proto import console_pb2 as cpb
+from cronoq.proto import console_pb2_grpc as cpbg
 from cronoq.proto import cronoq_pb2 as pb
 from cronoq.proto import cronoq_pb2_grpc as pbg
 from tests.federation.conftest import Node, free_port
@@ -97,6 +99,9 @@ grpc_addr = "127.0.0.1:{{port}}"
 http_addr = "127.0.0.1:{{http_port}}"
 shutdown_grace_s = 1
 
+[server.console]
+enabled = true
+
 [limits]
 max_wait_s = 5
 max_list = 50
@@ -155,6 +160,7 @@ class NodeClient:
         self.tasks = pbg.TasksStub(self.channel)
         self.admin = pbg.AdminStub(self.channel)
         self.workers = pbg.WorkersStub(self.channel)
+        self.console = cpbg.ConsoleStub(self.channel)  # type: ignore[no-untyped-call]
 
     def close(self) -> None:
         self.channel.close()
@@ -182,6 +188,22 @@ class NodeClient:
         parsed: Any = json.loads(raw) if "json" in kind and raw else raw.decode()
         details = parsed.get("error", "") if isinstance(parsed, dict) and status != 200 else ""
         return Outcome(HTTP_CODES.get(status, f"HTTP {status}"), details, None, parsed, status)
+
+
+    @contextlib.contextmanager
+    def http_stream(self, credential: Credential, path: str) -> Iterator[tuple[int, Any]]:
+        """A GET whose answer is read line by line (the event stream): ``(200, response)``, or the
+        status and the JSON error of a refusal."""
+        request = urllib.request.Request(self.node.http + path)
+        if credential.token is not None:
+            request.add_header("Authorization", f"Bearer {credential.token}")
+        try:
+            response = urllib.request.urlopen(request, timeout=20)
+        except urllib.error.HTTPError as err:
+            yield err.code, json.loads(err.read())
+            return
+        with response:
+            yield response.status, response
 
 
 class AuthCluster:
@@ -264,6 +286,16 @@ class AuthCluster:
         outcome = self.clients["s1"].call(ADMIN, "admin", "ListRecurring", pb.Empty())
         assert outcome.code == "OK" and not outcome.body.unavailable_shards, outcome
         return {schedule.name: schedule.pool for schedule in outcome.body.schedules}
+
+    def pause_schedule(self, name: str) -> None:
+        outcome = self.clients["s1"].call(ADMIN, "console", "PauseSchedule", cpb.ScheduleRequest(name=name))
+        assert outcome.code == "OK" and outcome.body.found, outcome
+
+    def paused(self) -> set[str]:
+        """The names of the paused schedules (``cronoq.console.v1`` ListSchedules)."""
+        outcome = self.clients["s1"].call(ADMIN, "console", "ListSchedules", pb.Empty())
+        assert outcome.code == "OK" and not outcome.body.unavailable_shards, outcome
+        return {schedule.info.name for schedule in outcome.body.schedules if schedule.paused}
 
     def remove_schedule(self, name: str) -> None:
         self.clients["s1"].call(ADMIN, "admin", "RemoveRecurring", pb.RemoveRecurringRequest(name=name))

@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 from cronoq.config import Config
 
-from cronoq.client import Lease, Worker
+from cronoq.client import Client, ClientError, Lease, Worker
 from cronoq.server.app import Listening, ServerApp
 from cronoq.server.http import HttpGateway, start_http
 from tests.server.harness import (
@@ -183,3 +183,18 @@ class HttpServerProcess(ServerProcess):
             super()._spawn()
         finally:
             self.config_template = template
+
+
+async def until_forgotten(client: Client, key: str, timeout: float = 15.0) -> None:
+    """Until the engine no longer knows ``key`` (past ``limits.key_retention_s``): a lookup by key
+    answers NOT_FOUND. There is no event for it, so the lookup is repeated."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        try:
+            await client.get(key)
+        except ClientError as err:
+            assert err.code == "not_found", err
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"key {key!r} was still retained after {timeout} s")

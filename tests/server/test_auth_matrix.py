@@ -11,6 +11,7 @@ a worker for another shard's pool -> FAILED_PRECONDITION with that shard's endpo
 
 from __future__ import annotations
 
+import json
 import re
 import urllib.parse
 from collections.abc import Callable
@@ -19,10 +20,12 @@ from dataclasses import dataclass
 import grpc
 import pytest
 
+from cronoq.proto import console_pb2 as cpb
 from cronoq.proto import cronoq_pb2 as pb
 from tests.server.auth_cluster import (
     CREDENTIALS,
     HOLD,
+    HTTP_CODES,
     OWNER,
     POOLS,
     YEARLY,
@@ -304,6 +307,90 @@ def remove_recurring(case: Case) -> tuple[Outcome, Verify]:
     return outcome, verify
 
 
+# =============================================================================== Console (gRPC)
+
+
+def search_tasks(case: Case) -> tuple[Outcome, Verify]:
+    listing = pb.ListTasksRequest(pools=[case.target] if case.target else [], limit=50)
+    request = cpb.SearchTasksRequest(list=listing, key_prefix="seed-")
+
+    def verify(case: Case, outcome: Outcome) -> None:
+        if outcome.code == "OK":
+            pools = {task.pool for task in outcome.body.tasks}
+            case.visible(pools)
+            assert pools and (case.target is None or pools == {case.target}), pools
+            assert all(task.key.startswith("seed-") for task in outcome.body.tasks)
+
+    return case.grpc("console", "SearchTasks", request), verify
+
+
+def task_detail(by: str) -> Callable[[Case], tuple[Outcome, Verify]]:
+    def run(case: Case) -> tuple[Outcome, Verify]:
+        request = pb.GetRequest(task=_ref(case, by, case.cluster.seed, "seed"))
+
+        def verify(case: Case, outcome: Outcome) -> None:
+            if outcome.code == "OK":
+                assert outcome.body.info.id == case.cluster.seed[case.pool] and outcome.body.info.pool == case.pool
+                assert outcome.body.spec.pool == case.pool
+
+        return case.grpc("console", "GetTaskDetail", request), verify
+
+    return run
+
+
+def list_shards(case: Case) -> tuple[Outcome, Verify]:
+    def verify(case: Case, outcome: Outcome) -> None:
+        if outcome.code == "OK":
+            for shard in outcome.body.shards:
+                case.visible(shard.pools)
+            shown = {pool for shard in outcome.body.shards for pool in shard.pools}
+            assert shown == {p for p in POOLS if case.credential.sees(p)}, shown
+            assert not outcome.body.unavailable_shards
+
+    return case.grpc("console", "ListShards", pb.Empty()), verify
+
+
+def list_schedules(case: Case) -> tuple[Outcome, Verify]:
+    def verify(case: Case, outcome: Outcome) -> None:
+        if outcome.code == "OK":
+            names = {schedule.info.name for schedule in outcome.body.schedules}
+            assert {f"sched-{p}" for p in POOLS if case.credential.sees(p)} <= names, names
+            case.visible({schedule.info.pool for schedule in outcome.body.schedules})
+
+    return case.grpc("console", "ListSchedules", pb.Empty()), verify
+
+
+def _switched(case: Case, name: str, found: bool) -> None:
+    """A schedule is paused only when the call found it, and only in the caller's pools."""
+    paused = name in case.cluster.paused()
+    case.cluster.remove_schedule(name)
+    assert found == (case.credential.grants("admin") and case.credential.sees(case.pool))
+    assert paused == found
+
+
+def pause_schedule(case: Case) -> tuple[Outcome, Verify]:
+    name = case.cluster.unique("m-pause")
+    case.cluster.add_schedule(name, case.pool)
+    outcome = case.grpc("console", "PauseSchedule", cpb.ScheduleRequest(name=name))
+    return outcome, lambda case, outcome: _switched(case, name, outcome.code == "OK" and outcome.body.found)
+
+
+def resume_schedule(case: Case) -> tuple[Outcome, Verify]:
+    name = case.cluster.unique("m-resume")
+    case.cluster.add_schedule(name, case.pool)
+    case.cluster.pause_schedule(name)
+    outcome = case.grpc("console", "ResumeSchedule", cpb.ScheduleRequest(name=name))
+
+    def verify(case: Case, outcome: Outcome) -> None:
+        resumed = outcome.code == "OK" and outcome.body.found
+        still_paused = name in case.cluster.paused()
+        case.cluster.remove_schedule(name)
+        assert resumed == (case.credential.grants("admin") and case.credential.sees(case.pool))
+        assert still_paused != resumed
+
+    return outcome, verify
+
+
 # =============================================================================== Workers (gRPC)
 
 
@@ -411,6 +498,82 @@ def http_metrics(case: Case) -> tuple[Outcome, Verify]:
     return case.http("GET", "/metrics"), verify
 
 
+def http_detail(by: str) -> Callable[[Case], tuple[Outcome, Verify]]:
+    def run(case: Case) -> tuple[Outcome, Verify]:
+        def verify(case: Case, outcome: Outcome) -> None:
+            if outcome.code == "OK":
+                task = outcome.body["task"]
+                assert task["pool"] == case.pool and task["id"] == str(case.cluster.seed[case.pool])
+
+        return case.http("GET", _http_ref(case, by, case.cluster.seed, "seed") + "/detail"), verify
+
+    return run
+
+
+def http_events(case: Case) -> tuple[Outcome, Verify | None]:
+    """As ``watch``, over ``GET /v1/events``: read until every event it must see came."""
+    fresh = {pool: case.cluster.submit(pool, case.cluster.unique("m-events")) for pool in POOLS}
+    path = "/v1/events" + (f"?pool={case.target}" if case.target else "")
+    named = [case.target] if case.target else list(POOLS)
+    shown = [pool for pool in named if case.credential.sees(pool)]
+    events: list[dict[str, str]] = []
+    with case.client.http_stream(case.credential, path) as (status, answer):
+        if status != 200:
+            return Outcome(HTTP_CODES.get(status, f"HTTP {status}"), answer["error"], None, answer, status), None
+        assert json.loads(answer.readline()) == {"subscribed": {"unavailable_shards": []}}
+        for pool in sorted(POOLS, key=lambda pool: (pool in shown, pool == "alpha")):
+            case.cluster.cancel(fresh[pool])
+        wanted = {str(fresh[pool]) for pool in shown}
+        while wanted:
+            line = json.loads(answer.readline())
+            assert "end" not in line, line
+            if "event" in line:
+                events.append(line["event"])
+                wanted.discard(line["event"]["id"])
+
+    def verify(case: Case, outcome: Outcome) -> None:
+        assert {event["id"] for event in events} == {str(fresh[pool]) for pool in shown}, events
+        case.visible({event["pool"] for event in events})
+
+    return Outcome("OK", body=events), verify
+
+
+def http_shards(case: Case) -> tuple[Outcome, Verify]:
+    def verify(case: Case, outcome: Outcome) -> None:
+        if outcome.code == "OK":
+            shown = {pool for shard in outcome.body["shards"] for pool in shard["pools"]}
+            assert shown == {p for p in POOLS if case.credential.sees(p)}, shown
+            assert outcome.body["unavailable_shards"] == []
+
+    return case.http("GET", "/v1/shards"), verify
+
+
+def http_switch(action: str) -> Callable[[Case], tuple[Outcome, Verify]]:
+    """Pause, resume or remove a schedule of the target pool over HTTP."""
+
+    def run(case: Case) -> tuple[Outcome, Verify]:
+        name = case.cluster.unique(f"m-h{action}")
+        case.cluster.add_schedule(name, case.pool)
+        if action == "resume":
+            case.cluster.pause_schedule(name)
+        path = f"/v1/recurring/{name}" + ("" if action == "remove" else f"/{action}")
+        outcome = case.http("DELETE" if action == "remove" else "POST", path)
+
+        def verify(case: Case, outcome: Outcome) -> None:
+            done = outcome.code == "OK" and outcome.body["removed" if action == "remove" else "found"]
+            listed, paused = name in case.cluster.schedules(), name in case.cluster.paused()
+            case.cluster.remove_schedule(name)
+            assert done == (case.credential.grants("admin") and case.credential.sees(case.pool))
+            if action == "remove":
+                assert listed != done
+            else:
+                assert paused == (done if action == "pause" else not done)
+
+        return outcome, verify
+
+    return run
+
+
 def http_plain(path: str) -> Callable[[Case], tuple[Outcome, None]]:
     def run(case: Case) -> tuple[Outcome, None]:
         return case.http("GET", path), None
@@ -442,6 +605,14 @@ OPS: tuple[Op, ...] = (
     Op("AddRecurring", "admin", "pool", EVERY, add_recurring),
     Op("RemoveRecurring", "admin", "remove", POOLS, remove_recurring),
     Op("Work(Register)", "worker", "worker", EVERY, register),
+    Op("SearchTasks(pools)", "client", "pool", POOLS, search_tasks),
+    Op("SearchTasks", "client", "list", (None,), search_tasks),
+    Op("GetTaskDetail(id)", "client", "task", POOLS, task_detail("id")),
+    Op("GetTaskDetail(key)", "client", "task", POOLS, task_detail("key")),
+    Op("ListShards", "metrics", "list", (None,), list_shards),
+    Op("ListSchedules", "metrics", "list", (None,), list_schedules),
+    Op("PauseSchedule", "admin", "remove", POOLS, pause_schedule),
+    Op("ResumeSchedule", "admin", "remove", POOLS, resume_schedule),
     Op("POST /v1/tasks", "client", "pool", EVERY, http_submit),
     Op("POST /v1/tasks:batch", "client", "pool", EVERY, http_batch),
     Op("GET /v1/tasks?pool", "client", "pool", POOLS, http_list),
@@ -452,13 +623,27 @@ OPS: tuple[Op, ...] = (
     Op("DELETE /v1/tasks/by-key/{key}", "client", "task", POOLS, http_cancel("key")),
     Op("GET /v1/tasks/{id}/result", "client", "task", POOLS, http_result("id")),
     Op("GET /v1/tasks/by-key/{key}/result", "client", "task", POOLS, http_result("key")),
+    Op("GET /v1/tasks/{id}/detail", "client", "task", POOLS, http_detail("id")),
+    Op("GET /v1/tasks/by-key/{key}/detail", "client", "task", POOLS, http_detail("key")),
+    Op("GET /v1/events?pool", "client", "pool", POOLS, http_events),
+    Op("GET /v1/events", "client", "list", (None,), http_events),
     Op("GET /v1/snapshot", "metrics", "list", (None,), http_listing("/v1/snapshot", "pools", "name")),
     Op("GET /v1/workers", "metrics", "list", (None,), http_listing("/v1/workers", "workers", "pool")),
     Op("GET /v1/recurring", "metrics", "list", (None,), http_listing("/v1/recurring", "schedules", "pool")),
+    Op("GET /v1/schedules", "metrics", "list", (None,), http_listing("/v1/schedules", "schedules", "pool")),
+    Op("GET /v1/shards", "metrics", "list", (None,), http_shards),
+    Op("POST /v1/recurring/{name}/pause", "admin", "remove", POOLS, http_switch("pause")),
+    Op("POST /v1/recurring/{name}/resume", "admin", "remove", POOLS, http_switch("resume")),
+    Op("DELETE /v1/recurring/{name}", "admin", "remove", POOLS, http_switch("remove")),
+    Op("GET /v1/whoami", "any", "none", (None,), http_plain("/v1/whoami")),
     Op("GET /metrics", "metrics", "list", (None,), http_metrics),
     Op("GET /v1/openapi.json", "any", "none", (None,), http_plain("/v1/openapi.json")),
     Op("GET /healthz", None, "none", (None,), http_plain("/healthz")),
     Op("GET /readyz", None, "none", (None,), http_plain("/readyz")),
+    # The console's files: no credentials (the page asks for a token); /ui redirects to /ui/.
+    Op("GET /ui", None, "none", (None,), http_plain("/ui")),
+    Op("GET /ui/", None, "none", (None,), http_plain("/ui/")),
+    Op("GET /ui/{file}", None, "none", (None,), http_plain("/ui/app.js")),
 )
 
 CASES = [
@@ -500,13 +685,14 @@ def test_auth_matrix(cluster: AuthCluster, op: Op, credential: Credential, node:
 
 def test_the_matrix_covers_every_method_and_route() -> None:
     """A method or route added later must get its row in ``OPS``."""
-    from cronoq.proto import cronoq_pb2
-    from cronoq.server.http import ROUTES
+    from cronoq.proto import console_pb2, cronoq_pb2
+    from cronoq.server.http import ROUTES, UI_ROUTES
 
     methods = {method.name for name in ("Tasks", "Admin", "Workers")
                for method in cronoq_pb2.DESCRIPTOR.services_by_name[name].methods}  # fmt: skip
+    methods |= {method.name for method in console_pb2.DESCRIPTOR.services_by_name["Console"].methods}
     covered = {op.name.split("(")[0] for op in OPS}
     assert methods - {"Work"} <= covered and "Work(Register)" in {op.name for op in OPS}
-    routes = {f"{route.method} {route.path}" for route in ROUTES}
+    routes = {f"{route.method} {route.path}" for route in (*ROUTES, *UI_ROUTES)}
     names = {op.name.split("?")[0] for op in OPS}
     assert routes <= names, routes - names

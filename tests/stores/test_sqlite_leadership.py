@@ -144,7 +144,7 @@ async def test_fresh_file_is_at_latest_version(tmp_path: Path, stores: list[Sqli
     path = tmp_path / "c.db"
     await make(stores, path).open()
     assert _versions(path) == list(range(1, schema.LATEST + 1))
-    assert schema.LATEST == 4
+    assert schema.LATEST == 5
 
 
 async def test_upgrade_from_version_1(tmp_path: Path, stores: list[SqliteStore]) -> None:
@@ -161,6 +161,13 @@ async def test_upgrade_from_version_1(tmp_path: Path, stores: list[SqliteStore])
             (T0, b'{"v":1}'),
         )
         conn.execute("UPDATE cronoq_meta SET id_high_water = 7")
+        # And a schedule, from before schedules could be paused.
+        conn.execute(
+            "INSERT INTO cronoq_recurring (name, cron, spec, payload, next_at, last_task_id)"
+            ' VALUES (\'nightly\', \'0 2 * * *\', \'{"overlap":"skip","tolerance":1000000000,"on_miss":"run_late",'
+            '"template":{"kind":"default","priority":2}}\', ?, NULL, NULL)',
+            (b"null",),
+        )
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
         assert "cronoq_shard" not in names
     finally:
@@ -169,8 +176,9 @@ async def test_upgrade_from_version_1(tmp_path: Path, stores: list[SqliteStore])
 
     store = make(stores, path, shard="s1")
     rec = await store.recover(T0)
-    assert _versions(path) == [1, 2, 3, 4]  # 3 changes nothing in SQLite (Postgres event log)
+    assert _versions(path) == [1, 2, 3, 4, 5]  # 3 changes nothing in SQLite (Postgres event log)
     assert [(t.record.id, t.record.spec.key, t.record.spec.payload) for t in rec.tasks] == [(7, "legacy", {"v": 1})]
+    assert [(r.spec.name, r.paused) for r in rec.recurring] == [("nightly", False)]
     conn = sqlite3.connect(path)
     try:
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
