@@ -732,20 +732,22 @@ class ListRecurringResponse(_message.Message):
     def __init__(self, schedules: _Optional[_Iterable[_Union[RecurringInfo, _Mapping]]] = ..., unavailable_shards: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ForwardedCall(_message.Message):
-    __slots__ = ("id", "method", "request", "authorization", "timeout_s", "traceparent")
+    __slots__ = ("id", "method", "request", "authorization", "timeout_s", "traceparent", "cancel")
     ID_FIELD_NUMBER: _ClassVar[int]
     METHOD_FIELD_NUMBER: _ClassVar[int]
     REQUEST_FIELD_NUMBER: _ClassVar[int]
     AUTHORIZATION_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
     TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
     id: int
     method: str
     request: bytes
     authorization: str
     timeout_s: float
     traceparent: str
-    def __init__(self, id: _Optional[int] = ..., method: _Optional[str] = ..., request: _Optional[bytes] = ..., authorization: _Optional[str] = ..., timeout_s: _Optional[float] = ..., traceparent: _Optional[str] = ...) -> None: ...
+    cancel: bool
+    def __init__(self, id: _Optional[int] = ..., method: _Optional[str] = ..., request: _Optional[bytes] = ..., authorization: _Optional[str] = ..., timeout_s: _Optional[float] = ..., traceparent: _Optional[str] = ..., cancel: _Optional[bool] = ...) -> None: ...
 
 class ForwardedReply(_message.Message):
     __slots__ = ("id", "code", "message", "metadata", "response")

@@ -1,4 +1,4 @@
-"""The bounds every unary call of the server runs under, whatever carried it (gRPC or a peer link).
+"""The bounds every unary call of the server runs under, whatever carried it (a gRPC call or a Forward stream).
 
 At most ``limits.max_concurrent_requests`` calls in flight (RESOURCE_EXHAUSTED beyond), each cut
 off past ``max_wait_s + request_timeout_s`` or the caller's own shorter time limit (CANCELLED);

@@ -296,6 +296,7 @@ ForwardedCall
   4 authorization string
   5 timeout_s double
   6 traceparent string
+  7 cancel bool
 ForwardedReply
   1 id uint64
   2 code uint32

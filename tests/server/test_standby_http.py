@@ -15,7 +15,6 @@ import h2.connection
 import h2.events
 import pytest
 
-from cronoq._linkwire import WORKER_PREFACE
 from tests.federation.conftest import free_port
 from tests.server.harness import CLIENT_TOKEN, ServerProcess
 
@@ -136,19 +135,3 @@ def test_a_leader_that_steps_down_lets_its_http_connections_go(pair: Pair) -> No
         finally:
             leader.signal(signal.SIGCONT)
         assert _closed_within(sock, 30), "the old leader kept its HTTP connection open"
-
-
-def _link_port(server: ServerProcess) -> int:
-    return int(server.stderr().split("listening (links) port ")[1].split()[0])
-
-
-def test_a_standby_lets_link_connections_go_and_the_leader_keeps_them(pair: Pair) -> None:
-    """The link listener follows the gRPC listener's rule: a standby closes each connection about a
-    second after accepting it (a Work stream there is refused as not the leader meanwhile)."""
-    ports = {name: _link_port(server) for name, server in pair.servers.items()}
-    with socket.create_connection(("127.0.0.1", ports["standby"]), timeout=10) as standby, \
-            socket.create_connection(("127.0.0.1", ports["leader"]), timeout=10) as leader:  # fmt: skip
-        for sock in (standby, leader):
-            sock.sendall(WORKER_PREFACE)
-        assert _closed_within(standby, 5)
-        assert not _closed_within(leader, 2)
