@@ -17,7 +17,8 @@ for a minute before the stream is tried again.
 
 A stream that ends or breaks fails the calls still in flight on it as "outcome unknown"; the next
 call opens a new one. A call not answered within its time limit plus ``ANSWER_GRACE_S`` raises
-``TimeoutError`` and ends the stream (a peer that silent is not trusted with the next calls).
+``TimeoutError``; when nothing at all came back on the stream meanwhile, the stream ends too (a
+peer that silent is not trusted with the next calls).
 """
 
 from __future__ import annotations
@@ -144,6 +145,9 @@ class PeerStream:
         self._pending: dict[int, asyncio.Future[pb.ForwardedReply]] = {}
         self._outbox: deque[_Outgoing | int] = deque()  # an int: cancel that call
         self._wake: asyncio.Future[None] | None = None
+        self._loop = asyncio.get_running_loop()
+        self.heard = self._loop.time()
+        """When the peer last sent anything on the stream."""
         self.alive = True
         self._tasks = (
             asyncio.ensure_future(self._write_loop()),
@@ -157,14 +161,16 @@ class PeerStream:
         if not self.alive:
             raise StreamLost("stream closed")
         call_id = next(self._ids)
-        waiter: asyncio.Future[pb.ForwardedReply] = asyncio.get_running_loop().create_future()
+        waiter: asyncio.Future[pb.ForwardedReply] = self._loop.create_future()
         self._pending[call_id] = waiter
+        sent = self._loop.time()
         self._send((call_id, path, request, authorization or "", timeout, traceparent or ""))
         try:
             async with asyncio.timeout(timeout + ANSWER_GRACE_S):
                 return await waiter
         except TimeoutError:
-            self.close(f"no answer within {timeout + ANSWER_GRACE_S:g} s")
+            if self.heard <= sent:
+                self.close(f"nothing heard for {timeout + ANSWER_GRACE_S:g} s")
             raise
         except asyncio.CancelledError:
             if self._pending.pop(call_id, None) is not None and self.alive:
@@ -215,6 +221,7 @@ class PeerStream:
                 message = await self._call.read()
                 if message is grpc.aio.EOF:
                     break
+                self.heard = self._loop.time()
                 pending = self._pending
                 for reply in message.replies:
                     waiter = pending.pop(reply.id, None)
@@ -273,8 +280,11 @@ class ForwardStreams:
                    traceparent: str | None, timeout: float) -> pb.ForwardedReply:  # fmt: skip
         """``request`` (a message of method ``path``) answered by ``peer``. Raises ``OpenRefused``,
         ``ForwardUnsupported``, ``StreamLost`` or ``TimeoutError`` (see the module docstring)."""
-        async with asyncio.timeout(timeout + ANSWER_GRACE_S):
-            stream = await self._stream(peer, authorization)
+        state = self._peers.get(peer.name)
+        stream = state.stream if state is not None else None
+        if stream is None or not stream.alive:
+            async with asyncio.timeout(timeout + ANSWER_GRACE_S):
+                stream = await self._stream(peer, authorization)
         return await stream.call(path, request.SerializeToString(), authorization, traceparent, timeout)
 
     async def _stream(self, peer: Peer, authorization: str | None) -> PeerStream:

@@ -148,6 +148,8 @@ class _WorkStream:
         section = streams.api.config.pool(session.pool)
         self.slots_cap = section.slots_cap(streams.limits)
         self.lease_ttl_s = section.lease_ttl_s
+        # What the stream carried, for its last log line: how well batching worked.
+        self.leases_out = self.messages_out = self.reports_in = self.messages_in = 0
 
     async def run(self) -> None:
         session, context = self.session, self.context
@@ -189,6 +191,8 @@ class _WorkStream:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
             self.service.unregister_worker(session, reason)
+            log.info("work stream of worker %d ended: %d leases in %d messages, %d reports in %d messages",
+                     session.id, self.leases_out, self.messages_out, self.reports_in, self.messages_in)  # fmt: skip
         if error is not None:
             await abort_call(context, error)
 
@@ -212,6 +216,8 @@ class _WorkStream:
             if out is None:
                 return "closed"
             if type(out) is LeaseOut:  # by far the most frequent
+                self.leases_out += 1
+                self.messages_out += 1
                 await write(lease_message(out.lease))
             elif isinstance(out, AbortOut):
                 await write(pb.ServerMessage(abort=pb.Abort(lease=out.lease_id, reason=out.reason)))
@@ -252,6 +258,8 @@ class _WorkStream:
                     out = queue.get_nowait()
                 except asyncio.QueueEmpty:
                     out = None
+            self.leases_out += len(batch.leases)
+            self.messages_out += 1
             await write(message)
             if out is None:
                 out = await self._next()
@@ -265,10 +273,12 @@ class _WorkStream:
             if message is eof:
                 return "worker closed the stream"
             kind = message.WhichOneof("msg")
+            self.messages_in += 1
             # Outcomes and heartbeats first: they are nearly all of a busy stream's traffic.
             if kind == "batch":
                 self._batch(message.batch)
             elif kind == "complete":
+                self.reports_in += 1
                 self._complete(message.complete)
             elif kind == "heartbeat":
                 lease = message.heartbeat.lease
@@ -290,6 +300,7 @@ class _WorkStream:
     def _batch(self, batch: pb.WorkerBatch) -> None:
         session, service = self.session, self.service
         running = session.running
+        self.reports_in += len(batch.completes) + len(batch.fails) + len(batch.heartbeats)
         for beat in batch.heartbeats:
             if beat.lease in running:
                 service.worker_heartbeat(session, beat.lease)
