@@ -96,7 +96,8 @@ class WorkStreams:
             return
         batch_limit = 0
         if first.register.batch_bytes:
-            batch_limit = min(first.register.batch_bytes, self.limits.max_message_bytes) - BATCH_HEADROOM
+            # At least one lease per message whatever the worker says (a lease goes alone as before).
+            batch_limit = max(1, min(first.register.batch_bytes, self.limits.max_message_bytes) - BATCH_HEADROOM)
         await _WorkStream(self, service, session, context, batch_limit).run()
 
     def _check_register(self, principal: Principal, register: pb.Register) -> tuple[str, int, str, dict[str, str]]:
