@@ -113,7 +113,8 @@ class StreamLost(Exception):
 
 
 class ForwardUnsupported(Exception):
-    """The peer has no Forward method (nothing was sent): use a unary call."""
+    """The call cannot travel in the stream (nothing was sent): use a unary call. The peer has no
+    Forward method, or the request is too large to fit one message with its envelope."""
 
 
 class OpenRefused(Exception):
@@ -157,7 +158,7 @@ class PeerStream:
     async def call(self, path: str, request: bytes, authorization: str | None, traceparent: str | None,
                    timeout: float) -> pb.ForwardedReply:  # fmt: skip
         """Send one call and wait for its reply: ``StreamLost`` when the stream breaks first,
-        ``TimeoutError`` (and the stream ends) past ``timeout + ANSWER_GRACE_S``."""
+        ``TimeoutError`` past ``timeout + ANSWER_GRACE_S`` (see the module docstring)."""
         if not self.alive:
             raise StreamLost("stream closed")
         call_id = next(self._ids)
@@ -211,8 +212,8 @@ class PeerStream:
                 await write(message)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # the reader sees how the stream ended
-            log.debug("forward stream to shard %s: write failed: %r", self.name, exc)
+        except Exception as exc:  # the calls sent cannot be answered any more
+            self.close(f"write failed: {exc}")
 
     async def _read_loop(self) -> None:
         reason = "stream ended"
@@ -280,12 +281,15 @@ class ForwardStreams:
                    traceparent: str | None, timeout: float) -> pb.ForwardedReply:  # fmt: skip
         """``request`` (a message of method ``path``) answered by ``peer``. Raises ``OpenRefused``,
         ``ForwardUnsupported``, ``StreamLost`` or ``TimeoutError`` (see the module docstring)."""
+        body = request.SerializeToString()
+        if len(body) + len(path) + len(authorization or "") + len(traceparent or "") + 64 > self._max_message_bytes:
+            raise ForwardUnsupported("too large for the stream")
         state = self._peers.get(peer.name)
         stream = state.stream if state is not None else None
         if stream is None or not stream.alive:
             async with asyncio.timeout(timeout + ANSWER_GRACE_S):
                 stream = await self._stream(peer, authorization)
-        return await stream.call(path, request.SerializeToString(), authorization, traceparent, timeout)
+        return await stream.call(path, body, authorization, traceparent, timeout)
 
     async def _stream(self, peer: Peer, authorization: str | None) -> PeerStream:
         state = self._peers.setdefault(peer.name, _PeerState())

@@ -8,7 +8,9 @@ forwarded (answered by this shard, never forwarded again):
 - authenticated by its own ``authorization``, never by the stream's;
 - bounded by the server's ``UnaryRunner`` (the in-flight limit, the time bound, the call's own
   time limit), inside the SERVER span the direct call would get when it carries a trace;
-- answered with the status, message and ``cronoq-*`` metadata the direct call would end with.
+- answered with the status, message and ``cronoq-*`` metadata the direct call would end with
+  (except an answer within a few bytes of ``max_message_bytes``, which no longer fits a message
+  with its envelope: RESOURCE_EXHAUSTED, naming the shard's endpoint as the place to ask).
 
 Calls run concurrently; the answers ready at each turn of the writer leave in one message. A
 stream holds at most ``MAX_OPEN_CALLS`` calls whose answers are not yet written, and stops reading
@@ -64,6 +66,7 @@ class ForwardService(pbg.PeersServicer):
         self.unary = unary
         self._principal_of = principal_of
         self.max_reply_bytes = max(1, max_message_bytes - BATCH_HEADROOM)
+        self.max_message_bytes = max_message_bytes
         self.handlers: dict[str, Handler] = {
             path: getattr(router, _handler_name(method.name)) for path, method in FORWARD_METHODS.items()
         }
@@ -109,6 +112,11 @@ class ForwardService(pbg.PeersServicer):
         if missing:
             reply.metadata[UNAVAILABLE_SHARDS_KEY] = ",".join(missing)
         reply.response = response.SerializeToString()
+        if reply.ByteSize() + 16 > self.max_message_bytes:  # it would not fit a message of the stream
+            reply.Clear()
+            reply.id = call.id
+            reply.code = Code.RESOURCE_EXHAUSTED.grpc.value[0]
+            reply.message = "the answer is too large to forward; call the shard's endpoint"
         return reply
 
 
