@@ -10,7 +10,7 @@ forwarded (answered by this shard, never forwarded again):
   time limit), inside the SERVER span the direct call would get when it carries a trace;
 - answered with the status, message and ``cronoq-*`` metadata the direct call would end with
   (except an answer within a few bytes of ``max_message_bytes``, which no longer fits a message
-  with its envelope: RESOURCE_EXHAUSTED, naming the shard's endpoint as the place to ask).
+  with its envelope: RESOURCE_EXHAUSTED, saying to call the shard directly).
 
 Calls run concurrently; the answers ready at each turn of the writer leave in one message. A
 stream holds at most ``MAX_OPEN_CALLS`` calls whose answers are not yet written, and stops reading
