@@ -143,6 +143,7 @@ def _serialize_outgoing(message: pb.WorkerMessage | bytes) -> bytes:
     """What the Work stream sends: a message, or a batch already encoded (``_Session._batch``)."""
     return message if type(message) is bytes else message.SerializeToString()  # type: ignore[union-attr]
 
+
 _PRIORITY_NAMES = ("critical", "high", "normal", "low")
 _MISS_POLICIES = {
     "run_late": pb.MISS_POLICY_RUN_LATE,
