@@ -88,7 +88,6 @@ def dump(config: Config) -> str:
             ("shutdown_grace_s", server.shutdown_grace_s),
             ("shard", server.shard),
             ("insecure_peer_http", server.insecure_peer_http),
-            ("links", server.links),
         ],
     )
     if server.tls is not None:

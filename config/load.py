@@ -49,6 +49,9 @@ __all__ = ["LISTENER_KEYS", "build", "read_text"]
 
 LISTENER_KEYS = ("grpc_addr", "http_addr", "metrics_addr")
 """The ``[server]`` addresses ``listen_overrides`` may replace (``cronoq-server --grpc-addr`` ...)."""
+RETIRED_SERVER_KEYS = ("links",)
+"""Boolean ``[server]`` keys of earlier versions: still accepted (a file that sets one keeps
+loading), ignored, and named in a configuration warning."""
 
 # --------------------------------------------------------------------------------- entry points
 
@@ -105,6 +108,16 @@ def build(
 
 
 # ------------------------------------------------------------------------------------- sections
+
+
+def _retired(t: Table, keys: Sequence[str]) -> tuple[str, ...]:
+    """The retired ``keys`` that ``t`` sets (each still type-checked, so it is not an unknown key)."""
+    found = []
+    for key in keys:
+        if t.has(key):
+            t.bool_or(key, False)
+            found.append(key)
+    return tuple(found)
 
 
 def _with_listeners(server: ServerConfig, listeners: Mapping[str, str]) -> ServerConfig:
@@ -200,7 +213,7 @@ class _Reader:
             shard=shard_override if shard_override is not None else t.opt_str("shard"),
             peer_tls=peer,
             insecure_peer_http=t.bool_or("insecure_peer_http", False),
-            links=t.bool_or("links", True),
+            retired_keys=_retired(t, RETIRED_SERVER_KEYS),
         )
         if shard_override is not None:
             t.known.append("shard")

@@ -116,9 +116,9 @@ class ServerConfig:
     peer_tls: PeerTlsConfig | None = None
     insecure_peer_http: bool = False
     """Allow forwarding callers' tokens to other shards over plain ``http://`` off loopback."""
-    links: bool = True
-    """Offer links (a lean transport beside gRPC, ``cronoq.server.links``) to other shards that
-    forward calls here and to ``cronoq.client`` workers, and use other shards' links."""
+    retired_keys: tuple[str, ...] = ()
+    """Keys of earlier versions the file still sets, which no longer do anything (``links``: the
+    links are gone, workers and shards batch over gRPC); each earns a configuration warning."""
 
 
 # ---------------------------------------------------------------------------------------- [store]

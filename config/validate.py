@@ -529,6 +529,9 @@ def warnings(config: Config) -> list[str]:
                         "server.insecure_peer_http = true",
                     )
                 )
+    for key in config.server.retired_keys:
+        message = "no longer used: workers and shards now batch their traffic over gRPC on the gRPC port; remove it"
+        out.append(Issue(f"server.{key}", message))
     out.extend(_open_listeners(config.server, config.auth.enabled))
     return [str(issue) for issue in out]
 

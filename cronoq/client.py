@@ -8,7 +8,10 @@ Errors: a failed RPC raises ``ClientError`` whose ``code`` is the lower-case gRP
 (``not_found``, ``unavailable``, ...); an expired deadline raises the builtin ``TimeoutError``.
 
 A ``Worker`` opens one ``cronoq.v1.Workers/Work`` stream, registers for its pool and runs the
-handler for every lease it receives. The handler's outcome decides what is reported back:
+handler for every lease it receives. It announces batching (``Register.batch_bytes``): a cronoq
+server that takes it up sends the leases ready at once in one message, and the Worker reports the
+outcomes and heartbeats ready at once in one message; with any other server it speaks the
+published one-message-per-lease protocol. The handler's outcome decides what is reported back:
 
 * a return value (bytes, str, None or anything JSON-serialisable) completes the attempt;
 * ``cronoq.Retryable`` fails it retryably (honouring ``retry_after``), ``cronoq.Permanent`` for good,
@@ -37,7 +40,7 @@ import json
 import logging
 import math
 import numbers
-import ssl
+import warnings
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -55,8 +58,6 @@ except ImportError as _missing:  # pragma: no cover - exercised in a subprocess 
         "cronoq.client needs grpcio and protobuf; install the client extra: pip install 'cronoq[client]'"
     ) from _missing
 
-from cronoq._linkwire import WORKER_LINK_KEY
-from cronoq._worker_link import WorkerLinkCall, link_ssl_context
 from cronoq.errors import CronoqError, Permanent, Retryable
 from cronoq.grpc_transport import prefer_poller_endpoints as prefer_poller_endpoints  # workers may opt in
 
@@ -105,8 +106,43 @@ _OUTPUT_HEADROOM = 1024
 _CLOSE_WAIT_S = 5.0
 _SESSION_RESET_FACTOR = 10.0
 _CLOSED_BY_SERVER = "stream closed by the server"
-_LINK_RETRY_S = 300.0
-"""After a worker link could not be reached, how long the Worker stays on gRPC before offering again."""
+_GRPC_DEFAULT_RECEIVE = 4 * 1024 * 1024
+"""gRPC's limit on a received message when the channel options set none."""
+_BATCH_HEADROOM = 4096
+"""Bytes a batch of outcomes leaves unused below the server's message limit."""
+_WORK_METHOD = "/cronoq.v1.Workers/Work"
+
+
+def _batch_tag(field: str) -> bytes:
+    """The tag of ``WorkerBatch.<field>`` entries (a length-delimited field, number below 16)."""
+    number = pb.WorkerBatch.DESCRIPTOR.fields_by_name[field].number
+    return bytes([number << 3 | 2])
+
+
+_BATCHED = {
+    "heartbeat": _batch_tag("heartbeats"),
+    "complete": _batch_tag("completes"),
+    "fail": _batch_tag("fails"),
+    "nack": _batch_tag("nacks"),
+    "cancelled": _batch_tag("cancelled"),
+}
+"""The WorkerMessage kinds a batch carries, and the tag of their field in ``WorkerBatch``."""
+_BATCH_FIELD_TAG = bytes([pb.WorkerMessage.DESCRIPTOR.fields_by_name["batch"].number << 3 | 2])
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _serialize_outgoing(message: pb.WorkerMessage | bytes) -> bytes:
+    """What the Work stream sends: a message, or a batch already encoded (``_Session._batch``)."""
+    return message if type(message) is bytes else message.SerializeToString()  # type: ignore[union-attr]
+
 
 _PRIORITY_NAMES = ("critical", "high", "normal", "low")
 _MISS_POLICIES = {
@@ -822,27 +858,14 @@ Handler = Callable[[Lease], Awaitable[Payload]]
 # ---------------------------------------------------------------------------- targets and channels
 
 
-def _target_host(target: str) -> str | None:
-    """The host of a ``host:port`` target (IPv6 without its brackets), or None for other forms
-    (``unix:``, ``dns:///``...), which a worker link does not support."""
-    address = _strip_target(target)
-    if "/" in address:
-        return None
-    if address.startswith("["):
-        host, closed, rest = address[1:].partition("]")
-        return host if closed and rest.startswith(":") and rest[1:].isdigit() else None
-    host, colon, port = address.rpartition(":")
-    if not colon or not host or ":" in host or not port.isdigit():
-        return None
-    return host
-
-
-def _link_port(metadata: Any) -> int | None:
-    """The worker link port a server named in a Work stream's initial metadata."""
-    for key, value in metadata or ():
-        if key == WORKER_LINK_KEY and isinstance(value, str) and value.isdigit() and 0 < int(value) < 65536:
-            return int(value)
-    return None
+def _receive_limit(options: Sequence[tuple[str, Any]]) -> int:
+    """The largest message a channel with ``options`` accepts (what a Worker announces as its
+    ``batch_bytes``): gRPC's default unless the options set ``grpc.max_receive_message_length``."""
+    limit = _GRPC_DEFAULT_RECEIVE
+    for key, value in options:
+        if key == "grpc.max_receive_message_length" and isinstance(value, int):
+            limit = value if value > 0 else 2**31 - 1  # -1: no limit
+    return limit
 
 
 def _strip_target(target: str) -> str:
@@ -1324,10 +1347,15 @@ class _SessionEnd(NamedTuple):
 
 
 class _Session:
-    """One ``Work`` stream: the call, an outbox drained by a single writer task, and its state."""
+    """One ``Work`` stream: the call, an outbox drained by a single writer task, and its state.
+
+    Once the server said ``batching``, ``batch_limit`` is set and the writer sends what the outbox
+    holds at each turn (outcomes and heartbeats) as one ``WorkerMessage.batch``, up to that many
+    bytes; it never waits for more to come."""
 
     def __init__(self, call: Any, still_running: Callable[[int, int], bool]) -> None:
         self.call = call
+        self.batch_limit = 0
         # A plain deque and one wake-up future: an outcome costs an append, and the writer is woken
         # only when it sleeps on an empty outbox (``None`` in the outbox ends the writes).
         self.outbox: deque[pb.WorkerMessage | None] = deque()
@@ -1375,12 +1403,43 @@ class _Session:
                 if message is None:
                     await self.call.done_writing()
                     return
-                await write(message)
+                if self.batch_limit and outbox and message.WhichOneof("msg") in _BATCHED:
+                    await write(self._batch(message))
+                else:
+                    await write(message)
         except asyncio.CancelledError:
             raise
         except Exception as e:  # the reader sees the stream's final status
             log.debug("work stream write ended: %r", e)
             self.writes_open = False
+
+    def _batch(self, first: pb.WorkerMessage) -> bytes:
+        """``first`` and the reports queued behind it, as one encoded ``WorkerMessage.batch``
+        within ``batch_limit``.
+
+        Encoded by hand because copying each report into a WorkerBatch costs several times what
+        encoding it does: a WorkerMessage holding one report encodes as ``<its field's tag>
+        <length><report>``, and the same report as an entry of WorkerBatch's repeated field as
+        ``<that field's tag><length><report>``; only the first byte differs (tags below 16)."""
+        outbox = self.outbox
+        parts: list[bytes] = []
+        message = first
+        kind = first.WhichOneof("msg")
+        size = 0
+        while True:
+            data = message.SerializeToString()
+            parts.append(_BATCHED[kind])
+            parts.append(data[1:])
+            size += len(data)
+            following = outbox[0] if outbox else None
+            if following is None or size >= self.batch_limit:
+                break
+            kind = following.WhichOneof("msg")
+            if kind not in _BATCHED:
+                break
+            message = outbox.popleft()  # type: ignore[assignment]  # a report: ``None`` is no kind of ours
+        body = b"".join(parts)
+        return _BATCH_FIELD_TAG + _varint(len(body)) + body
 
 
 class Worker:
@@ -1390,10 +1449,8 @@ class Worker:
     (raised as ``ClientError``). Lost connections are retried with exponential ``backoff``
     ``(initial, max)`` seconds unless ``reconnect=False``.
 
-    With ``link=True`` (the default) the Work stream moves from gRPC to the server's worker link
-    when a cronoq server offers one (``cronoq.server.worker_link``): the same protocol at a
-    fraction of grpc-aio's cost per message. It stays on gRPC with explicit ``credentials``, with
-    targets other than ``host:port``, and for five minutes after a link could not be reached.
+    ``link`` is accepted for compatibility with the cronoq version that had worker links, and
+    ignored (with a DeprecationWarning): the Work stream batches over gRPC instead.
     """
 
     def __init__(
@@ -1413,10 +1470,13 @@ class Worker:
         options: Sequence[tuple[str, Any]] | None = None,
         labels: Mapping[str, str] | None = None,
         insecure_redirect_http: bool = False,
-        link: bool = True,
+        link: bool | None = None,
     ) -> None:
         if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
             raise ValueError("slots must be an int of at least 1")
+        if link is not None:
+            warnings.warn("Worker(link=...) has no effect: Work streams batch over gRPC; drop the argument",
+                          DeprecationWarning, stacklevel=2)  # fmt: skip
         self.target = target
         self.pool = pool
         self.slots = slots
@@ -1438,8 +1498,6 @@ class Worker:
         self._credentials = credentials
         self._options = list(options or ())
         self._insecure_redirect_http = insecure_redirect_http
-        self._link = link
-        self._link_retry_at = 0.0
         self._running: dict[int, _Running] = {}
         self._serials = itertools.count()
         self._orphans: set[asyncio.Task[None]] = set()
@@ -1568,48 +1626,18 @@ class Worker:
         channel = _open_channel(target, secure=secure, credentials=self._credentials, options=options)
         # Looked up per stream: an application may install its tracer provider after creating us.
         self._tracer = _attempt_tracer()
-        port = None
         try:
-            offer = self._offers_link() and _target_host(target) is not None
-            metadata = _auth_metadata(self._token) or ()
-            if offer:
-                metadata = (*metadata, (WORKER_LINK_KEY, "1"))
-            call = pb_grpc.WorkersStub(channel).Work(metadata=metadata or None)
-            session = _Session(call, self._still_running)
-            end = await self._run_session(session)
-            if offer and not session.registered and end.reason == _CLOSED_BY_SERVER:
-                port = _link_port(await call.initial_metadata())
+            # As the generated stub, except that a batch may be handed over already encoded.
+            work = channel.stream_stream(_WORK_METHOD, request_serializer=_serialize_outgoing,
+                                         response_deserializer=pb.ServerMessage.FromString)  # fmt: skip
+            call = work(metadata=_auth_metadata(self._token))
+            return await self._run_session(_Session(call, self._still_running), _receive_limit(options))
         finally:
             await channel.close()
-        if port is None:
-            return end
-        self.connections -= 1  # the stream that moves to the link counts once
-        return await self._session_on_link(target, port, secure)
 
-    def _offers_link(self) -> bool:
-        """Whether to offer the server to move this Work stream to a worker link: when enabled, not
-        with explicit channel credentials (a link cannot present them), and not for a while after
-        a link could not be reached."""
-        loop = asyncio.get_running_loop()
-        return self._link and self._credentials is None and loop.time() >= self._link_retry_at
-
-    async def _session_on_link(self, target: str, port: int, secure: bool) -> _SessionEnd:
-        host = _target_host(target)
-        assert host is not None
-        try:
-            call = await WorkerLinkCall.open(
-                host, port, authorization=f"Bearer {self._token}" if self._token else None,
-                ssl_context=link_ssl_context() if secure else None,
-            )  # fmt: skip
-        except (OSError, TimeoutError, ssl.SSLError) as exc:
-            self._link_retry_at = asyncio.get_running_loop().time() + _LINK_RETRY_S
-            log.info("worker link to %s:%d cannot be used (%r); staying on gRPC", host, port, exc)
-            return _SessionEnd("worker link unreachable", False, True)  # reconnect at once, over gRPC
-        log.info("work stream moved to the worker link at %s:%d", host, port)
-        return await self._run_session(_Session(call, self._still_running))
-
-    async def _run_session(self, session: _Session) -> _SessionEnd:
-        """Register on ``session``'s call and serve it until it ends."""
+    async def _run_session(self, session: _Session, receive_limit: int) -> _SessionEnd:
+        """Register on ``session``'s call and serve it until it ends; ``receive_limit`` is the
+        largest message the channel takes (the batches the server may send)."""
         call = session.call
         self._session = session
         self.connections += 1
@@ -1621,6 +1649,7 @@ class Worker:
                     worker_name=self.name,
                     protocol_version=PROTOCOL_VERSION,
                     labels=self.labels,
+                    batch_bytes=receive_limit,
                 )
             )
         )
@@ -1650,7 +1679,13 @@ class Worker:
             if message is grpc.aio.EOF:
                 return _SessionEnd(_CLOSED_BY_SERVER, False, False)
             kind = message.WhichOneof("msg")
-            if kind == "lease":  # nearly every message of a busy stream
+            if kind == "batch":  # nearly every message of a busy stream
+                batch = message.batch
+                for lease in batch.leases:
+                    self._on_lease(session, lease)
+                for abort in batch.aborts:  # after the leases: one may concern them
+                    self._on_abort(abort)
+            elif kind == "lease":
                 self._on_lease(session, message.lease)
             elif kind == "registered":
                 self._on_registered(session, message.registered)
@@ -1669,6 +1704,8 @@ class Worker:
         self.granted_slots = m.slots or self.slots
         self.server_protocol = m.protocol_version or 1
         self.max_message_bytes = m.max_message_bytes or None
+        if m.batching:
+            session.batch_limit = max(1, (self.max_message_bytes or _GRPC_DEFAULT_RECEIVE) - _BATCH_HEADROOM)
         session.registered = True
         self._registered.set()
         log.info(

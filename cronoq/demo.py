@@ -64,10 +64,10 @@ class DemoReport:
     page: TaskPage | None = None
     page_after: int = 0
     seconds: float = 0.0
-    peer_links: list[str] = field(default_factory=list)
-    """"s1 -> s2" for each peer link a node's log says it opened."""
-    worker_links: dict[str, int] = field(default_factory=dict)
-    """Work streams each node's log says ran on a worker link, by log file (replica) name."""
+    forward_streams: list[str] = field(default_factory=list)
+    """"s1 -> s2" for each Forward stream a node's log says it opened to another shard."""
+    batching_workers: dict[str, int] = field(default_factory=dict)
+    """Work streams each node's log says batch their leases, by log file (replica) name."""
 
 
 class _RedirectLog(logging.Handler):
@@ -181,23 +181,24 @@ async def run_flow(
             report.snapshot = await metrics.snapshot()
         if direct is not None:
             await direct.close()
-    read_links(cluster.state_dir / "logs", report)
+    read_transport(cluster.state_dir / "logs", report)
     return report
 
 
-def read_links(logs: Path, report: DemoReport) -> None:
-    """What the servers' logs say about links (``cronoq.server.links``): peer links opened
-    ("peer link to shard s2 open") and Work streams on worker links."""
+def read_transport(logs: Path, report: DemoReport) -> None:
+    """What the servers' logs say about their traffic between processes (all of it gRPC): the
+    Forward streams opened to other shards ("forward stream to shard s2 open") and the Work
+    streams of workers that batch ("registered for pool ...: ..., batching")."""
     for log_file in sorted(logs.glob("*.log")):
         node = log_file.stem
         text = log_file.read_text(errors="replace")
-        for shard in re.findall(r"peer link to shard (\S+) open", text):
+        for shard in re.findall(r"forward stream to shard (\S+) open", text):
             line = f"{node.split('-')[0]} -> {shard}"
-            if line not in report.peer_links:
-                report.peer_links.append(line)
-        streams = text.count("on a worker link")
+            if line not in report.forward_streams:
+                report.forward_streams.append(line)
+        streams = len(re.findall(r"registered for pool .*, batching", text))
         if streams:
-            report.worker_links[node] = streams
+            report.batching_workers[node] = streams
 
 
 def describe(report: DemoReport, cluster: Cluster) -> str:
@@ -217,11 +218,11 @@ def describe(report: DemoReport, cluster: Cluster) -> str:
     )
     if report.worker_redirects:
         lines.append("redirect:  the pool2 worker was pointed at s1 and followed cronoq-shard-endpoint to s2")
-    if report.peer_links or report.worker_links:
-        streams = ", ".join(f"{node} {count}" for node, count in report.worker_links.items()) or "none"
+    if report.forward_streams or report.batching_workers:
+        streams = ", ".join(f"{node} {count}" for node, count in report.batching_workers.items()) or "none"
         lines.append(
-            f"links:     forwarding over peer links {', '.join(report.peer_links) or '(none)'}; "
-            f"Work streams on worker links: {streams} (gRPC offered them; see README, Links)"
+            f"transport: gRPC only; Forward streams {', '.join(report.forward_streams) or '(none)'}; "
+            f"Work streams batching leases: {streams} (see README, Transport)"
         )
     snap = report.snapshot
     if snap is not None:

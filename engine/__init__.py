@@ -6,6 +6,7 @@ the engine answers with actions (``drain_actions``). No asyncio, no clock, no I/
 
 from .actions import (
     Abort,
+    AbortReason,
     Action,
     DeleteRecurring,
     Dispatch,
@@ -73,6 +74,7 @@ __all__ = [
     "RECURRING_TAG",
     "TERMINAL_STATUSES",
     "Abort",
+    "AbortReason",
     "Action",
     "AdmissionError",
     "AutoscaleConfig",

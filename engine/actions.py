@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from .types import Priority, RecurringSpec, TaskSpec, TaskStatus
 
@@ -125,6 +126,16 @@ class Abort:
     lease_id: int
     task_id: int
     reason: str
+    """An ``AbortReason`` when the engine stopped the attempt by itself, else the text of what
+    ended the task (a cancellation's message, for example)."""
+
+
+class AbortReason(StrEnum):
+    """Why the engine stops an attempt by itself (the text is what workers are told)."""
+
+    TIMEOUT = "timeout"
+    LEASE_EXPIRED = "lease expired"
+    """No heartbeat within the lease's TTL: the worker holding it is stalled or cut off."""
 
 
 @dataclass(slots=True)

@@ -19,6 +19,7 @@ from typing import Final
 from . import admission, invariants, metrics, recovery, recurring
 from .actions import (
     Abort,
+    AbortReason,
     Action,
     Dispatch,
     Mutation,
@@ -1547,7 +1548,7 @@ class Core:
             task.pool.totals["timeouts"] += 1
             spec = task.spec
             timeout = spec.timeout if spec is not None and spec.timeout is not None else 0
-            self._actions.append(Abort(obj.id, task.id, "timeout"))
+            self._actions.append(Abort(obj.id, task.id, AbortReason.TIMEOUT))
             self._end_lease(obj, now, ran=True)
             task.pool.window.current(now).failed += 1
             self._fail_attempt(task, now, f"attempt timed out after {timeout / NS_PER_S:g}s", None)
@@ -1560,7 +1561,7 @@ class Core:
             task = obj.task
             self.totals["lease_expiries"] += 1
             task.pool.totals["lease_expiries"] += 1
-            self._actions.append(Abort(obj.id, task.id, "lease expired"))
+            self._actions.append(Abort(obj.id, task.id, AbortReason.LEASE_EXPIRED))
             self._end_lease(obj, now, ran=True)
             task.pool.window.current(now).failed += 1
             self._fail_attempt(task, now, "lease expired: no heartbeat within the lease TTL", None)

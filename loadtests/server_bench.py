@@ -18,6 +18,9 @@ Figures:
   event): from the moment its submission was sent until this process received the event.
 * ``ack_p50_ms`` / ``ack_p99_ms``: how long one submission call (a batch, or one HTTP request)
   took to be answered, i.e. durably committed with the Postgres store.
+* ``leases_per_message`` / ``reports_per_message``: how many leases the server's Work stream
+  messages carried, and outcomes and heartbeats the workers' messages carried, on average (from
+  the server's log; both 1 for workers that do not batch).
 * ``wall_s``, and the CPU seconds spent meanwhile by the server process (``server_cpu_s``), all
   workers together (``workers_cpu_s``), this load-generating process (``client_cpu_s``) and the
   local Postgres processes (``postgres_cpu_s``; absent when none are visible in /proc), plus
@@ -47,6 +50,7 @@ import json
 import os
 import queue
 import random
+import re
 import resource
 import shutil
 import signal
@@ -545,6 +549,7 @@ async def run_case(store: str, case: str, args: argparse.Namespace, workdir: Pat
     case_dir.mkdir(parents=True)
     server = Server(case_dir, store_toml(store, schema), pending=max(2 * total, 1000))
     workers: Workers | None = None
+    result: dict[str, Any] = {}
     try:
         server.start()
         assert server.proc is not None
@@ -586,11 +591,7 @@ async def run_case(store: str, case: str, args: argparse.Namespace, workdir: Pat
             await watcher.close()
             await client.close()
         elapsed = done - started
-        result: dict[str, Any] = {
-            "tasks": total,
-            "workers": args.workers,
-            "slots_per_worker": args.slots,
-        }
+        result.update(tasks=total, workers=args.workers, slots_per_worker=args.slots)
         if case == "grpc":
             result.update(batch=BATCH, submitters=args.submitters, batches=len(acks))
         else:
@@ -619,8 +620,25 @@ async def run_case(store: str, case: str, args: argparse.Namespace, workdir: Pat
         if workers is not None:
             workers.stop()
         server.stop()
+        # The streams' last log lines say how many leases and reports each message carried
+        # (``result`` is the dict returned above: filled in here, once the server has written them).
+        if result:
+            result.update(stream_batching(server.stderr()))
         if schema is not None:
             await drop_schema(schema)
+
+
+def stream_batching(log: str) -> dict[str, float]:
+    """Leases per message and reports per message over every Work stream the server logged."""
+    counts = [0, 0, 0, 0]
+    for match in re.finditer(r"(\d+) leases in (\d+) messages, (\d+) reports in (\d+) messages", log):
+        for index, value in enumerate(match.groups()):
+            counts[index] += int(value)
+    leases, lease_messages, reports, report_messages = counts
+    return {
+        "leases_per_message": round(leases / max(lease_messages, 1), 1),
+        "reports_per_message": round(reports / max(report_messages, 1), 1),
+    }
 
 
 async def main_async(args: argparse.Namespace) -> None:

@@ -14,14 +14,17 @@ Cases:
   snapshots of every node, polled every 20 ms); ``cpu_s_per_1000_tasks`` is the CPU time of all
   server processes together (user + system, from /proc/<pid>/stat) per 1000 tasks.
 * ``single_submit_owner`` / ``single_submit_foreign`` on the 2-shard cluster: Submit of one
-  ``pool2`` task to its own shard's node (s2) or to the other node (s1, which forwards it: over
-  the peer link s2 names once the warm-up calls have reached it, see ``cronoq.router.link``).
+  ``pool2`` task to its own shard's node (s2) or to the other node (s1, which forwards it over
+  its Forward stream to s2, see ``cronoq.router.forward``).
   ``p50_ms`` / ``p99_ms``: acknowledgement latency of ``--latency-samples`` calls made one at a
-  time; ``tasks_per_s``: ``--single-tasks`` calls, 32 in flight.
+  time; ``tasks_per_s``: ``--single-tasks`` calls, 32 in flight. The two nodes take turns (call
+  by call for the latency, in four rounds for the throughput), so both see the same machine;
+  ``forwarding_cost`` gives the foreign node's extra p50 and lost throughput in percent.
 
 * ``grpc_hop_floor``: the same client calling a trivial grpc-aio server directly and through a
   trivial grpc-aio proxy (``grpc_hop.py``): ``hop_p50_ms`` and ``proxy_cpu_us_per_call`` are what
-  one extra grpc-aio hop costs on this machine, the price forwarding paid before peer links.
+  one extra grpc-aio unary call costs on this machine: what forwarding would cost with a unary
+  call per forwarded call instead of the Forward stream.
 
 Without the router in the build, a foreign node refuses with FAILED_PRECONDITION: the scaling
 cases then submit every batch to its owner (reported as ``"router": false``) and the foreign
@@ -59,6 +62,8 @@ ROOT = Path(__file__).resolve().parents[1]
 BATCH = 1000
 POLL_S = 0.02
 SINGLE_CONCURRENCY = 32
+THROUGHPUT_ROUNDS = 4
+"""Rounds of the single-submit throughput, taken in turn by the owner and the foreign node."""
 BENCH = "shard_scaling"
 
 results: list[dict[str, Any]] = []
@@ -330,56 +335,78 @@ async def case_round_robin(bench: Bench, shards: int, args: argparse.Namespace, 
     )
 
 
-async def case_single_submit(bench: Bench, node: str, case: str, args: argparse.Namespace, store: str) -> None:
+async def _submit_gated(gate: asyncio.Semaphore, client: Any, pool: str) -> None:
+    async with gate:
+        await client.submit(None, pool=pool)
+
+
+async def case_forwarding(bench: Bench, args: argparse.Namespace, store: str) -> None:
+    """Single Submits of ``pool2`` to its owner (s2) and through the other node (s1), interleaved
+    so both see the same machine: latency samples alternate call by call, throughput rounds node
+    by node. Emits ``single_submit_owner``, ``single_submit_foreign`` and ``forwarding_cost``."""
     pool = bench.pools[1]  # pool2, owned by s2
-    client = bench.clients[node]
+    nodes = {"single_submit_owner": "s2", "single_submit_foreign": "s1"}
     try:
-        await client.submit({"warm": True}, pool=pool)
+        for node in nodes.values():
+            await bench.clients[node].submit({"warm": True}, pool=pool)
     except Exception as exc:
         if not is_refusal(exc):
             raise
+        emit(case="single_submit_foreign", shards=len(bench.clients), store=store, node="s1", pool=pool,
+             skipped=f"the node refused to forward (no router in this build?): {exc}"[:500])  # fmt: skip
+        return
+    for _ in range(20):  # warm the channels and the peer connection
+        for node in nodes.values():
+            await bench.clients[node].submit(None, pool=pool)
+    latencies: dict[str, list[float]] = {case: [] for case in nodes}
+    order = list(nodes.items())
+    for index in range(args.latency_samples):
+        for case, node in order if index % 2 == 0 else order[::-1]:
+            started = time.perf_counter()
+            await bench.clients[node].submit(None, pool=pool)
+            latencies[case].append(time.perf_counter() - started)
+    elapsed: dict[str, float] = dict.fromkeys(nodes, 0.0)
+    cpu: dict[str, dict[str, float]] = {case: {} for case in nodes}
+    rounds = THROUGHPUT_ROUNDS
+    per_round = max(1, args.single_tasks // rounds)
+    for index in range(rounds):
+        for case, node in order if index % 2 == 0 else order[::-1]:
+            gate = asyncio.Semaphore(SINGLE_CONCURRENCY)
+            meter = CpuMeter([r.pid for r in bench.cluster.replicas if r.pid], bench.workers.pids)
+            started = time.perf_counter()
+            await asyncio.gather(*(_submit_gated(gate, bench.clients[node], pool) for _ in range(per_round)))
+            elapsed[case] += time.perf_counter() - started
+            for key, value in meter.stop().items():
+                cpu[case][key] = cpu[case].get(key, 0.0) + value
+    tasks = per_round * rounds
+    figures: dict[str, dict[str, float]] = {}
+    for case, node in nodes.items():
+        figures[case] = {"p50_ms": ms(percentile(latencies[case], 0.5)), "tasks_per_s": round(tasks / elapsed[case])}
         emit(
             case=case,
             shards=len(bench.clients),
             store=store,
             node=node,
             pool=pool,
-            skipped=f"the node refused to forward (no router in this build?): {exc}"[:500],
+            owner=bench.owner[pool],
+            latency_samples=len(latencies[case]),
+            p50_ms=figures[case]["p50_ms"],
+            p99_ms=ms(percentile(latencies[case], 0.99)),
+            tasks=tasks,
+            concurrency=SINGLE_CONCURRENCY,
+            tasks_per_s=figures[case]["tasks_per_s"],
+            cpu_s_per_1000_tasks=round(cpu[case]["server_cpu_s"] * 1000 / tasks, 3),
+            server_cpu_s=round(cpu[case]["server_cpu_s"], 2),
+            workers_cpu_s=round(cpu[case]["workers_cpu_s"], 2),
+            machine_busy_pct=round(cpu[case]["machine_busy_pct"] / rounds, 1),
         )
-        return
-    for _ in range(20):  # warm the channel and the peer connection
-        await client.submit(None, pool=pool)
-    latencies = []
-    for _ in range(args.latency_samples):
-        started = time.perf_counter()
-        await client.submit(None, pool=pool)
-        latencies.append(time.perf_counter() - started)
-    gate = asyncio.Semaphore(SINGLE_CONCURRENCY)
-
-    async def one() -> None:
-        async with gate:
-            await client.submit(None, pool=pool)
-
-    meter = CpuMeter([r.pid for r in bench.cluster.replicas if r.pid], bench.workers.pids)
-    started = time.perf_counter()
-    await asyncio.gather(*(one() for _ in range(args.single_tasks)))
-    elapsed = time.perf_counter() - started
-    cpu = meter.stop()
+    owner, foreign = figures["single_submit_owner"], figures["single_submit_foreign"]
     emit(
-        case=case,
+        case="forwarding_cost",
         shards=len(bench.clients),
         store=store,
-        node=node,
-        pool=pool,
-        owner=bench.owner[pool],
-        latency_samples=len(latencies),
-        p50_ms=ms(percentile(latencies, 0.5)),
-        p99_ms=ms(percentile(latencies, 0.99)),
-        tasks=args.single_tasks,
-        concurrency=SINGLE_CONCURRENCY,
-        tasks_per_s=round(args.single_tasks / elapsed),
-        cpu_s_per_1000_tasks=round(cpu["server_cpu_s"] * 1000 / args.single_tasks, 3),
-        **cpu,
+        p50_extra_pct=round(100 * (foreign["p50_ms"] / owner["p50_ms"] - 1), 1),
+        throughput_loss_pct=round(100 * (1 - foreign["tasks_per_s"] / owner["tasks_per_s"]), 1),
     )
 
 
@@ -407,8 +434,7 @@ async def main_async(args: argparse.Namespace) -> None:
                 bench = await start_bench(shards, args, Path(tmp))
                 await case_round_robin(bench, shards, args, store)
                 if shards == 2:
-                    await case_single_submit(bench, "s2", "single_submit_owner", args, store)
-                    await case_single_submit(bench, "s1", "single_submit_foreign", args, store)
+                    await case_forwarding(bench, args, store)
                     # What one bare grpc-aio hop costs here, for reading the forwarding figures.
                     floor = await grpc_hop.measure(args.latency_samples, args.single_tasks)
                     emit(case="grpc_hop_floor", shards=2, store="none", p50_ms=floor["proxied_p50_ms"], **floor)

@@ -4,7 +4,9 @@
 ``(principal, request message) -> response message``) and sits in front of it. A call that concerns
 only this node's shard goes to the local API unchanged; work for another shard is forwarded to that
 shard's endpoint as the same ``cronoq.v1`` request, carrying the caller's own ``authorization`` and
-marked ``cronoq-forwarded`` so the receiving node answers it itself and never forwards it again.
+marked forwarded so the receiving node answers it itself and never forwards it again. Unary calls
+travel over one Forward stream per peer (``forward``), watches as their own gRPC calls; a forwarded
+call not answered in time is DEADLINE_EXCEEDED, one whose peer could not be reached UNAVAILABLE.
 
 - Submissions, batches and new schedules go to the shard of their pool (a batch must stay in one).
   Concurrent Submits for one shard with the same credentials may travel together as one SubmitBatch
@@ -42,23 +44,21 @@ from cronoq.proto import console_pb2_grpc as cpbg
 from cronoq.proto import cronoq_pb2 as pb
 
 from . import merge
-from .coalesce import SubmitCoalescer
+from .coalesce import Route, SubmitCoalescer
 from .errors import RouteError
-from .link import (
-    LINK_KEY,
-    METHOD_NUMBER,
-    METHODS,
-    LinkBroken,
-    LinkNotServing,
-    PeerLinks,
-    client_ssl_context,
-    frame_limit,
+from .forward import (
+    FORWARD_METHODS,
+    FORWARDED,
+    ForwardStreams,
+    ForwardUnsupported,
+    OpenRefused,
+    StreamLost,
+    method_path,
+    status_code,
 )
 
 __all__ = ["FORWARDED", "UNAVAILABLE_SHARDS_KEY", "Caller", "LocalApi", "Router", "collect_unavailable"]
 
-FORWARDED = "cronoq-forwarded"
-"""Metadata / header marking a call one router forwarded to another shard."""
 UNAVAILABLE_SHARDS_KEY = "cronoq-unavailable-shards"
 """Response metadata naming shards a by-key lookup could not ask (comma-separated)."""
 
@@ -166,12 +166,7 @@ class Router:
         local_shard = config.local_shard()
         self.local_name = local_shard.name if local_shard is not None else ""
         self.peers = PeerChannels(config)
-        self.links = PeerLinks(
-            enabled=config.server.links and self.sharded,
-            limit=frame_limit(self.limits.max_message_bytes),
-            ssl_context=self._link_ssl,
-            keepalive=(self.limits.keepalive_interval_s, self.limits.keepalive_timeout_s),
-        )
+        self.streams = ForwardStreams(self.limits.max_message_bytes)
         self._all_pools = frozenset(pool.name for pool in config.pools)
         self._by_number = {shard.number: shard for shard in config.shards}
         self._ordered = sorted(config.shards, key=lambda shard: shard.number)
@@ -181,17 +176,15 @@ class Router:
             max_tasks=min(self.limits.max_tasks_per_batch, COALESCE_MAX_TASKS),
             max_bytes=self.limits.max_message_bytes // 2,
             status_of=status_of,
+            send_one=self._forward_submit,
+            send_batch=self._forward_submit_batch,
             calls_per_lane=COALESCE_CALLS_PER_LANE,
         )
 
     async def close(self) -> None:
         await self._coalescer.close()
-        await self.links.close()
+        await self.streams.close()
         await self.peers.close()
-
-    def _link_ssl(self) -> Any:
-        tls = self.config.server.peer_tls
-        return client_ssl_context(*((tls.ca, tls.cert, tls.key) if tls is not None else (None, None, None)))
 
     # ------------------------------------------------------------------------------ decisions
 
@@ -267,44 +260,38 @@ class Router:
 
     async def _forward(self, peer: Peer, service: str, method: str, request: Any, caller: Caller,
                        timeout: float) -> Any:  # fmt: skip
-        """One unary call on ``peer``: over its link when one is open and the call carries no
-        trace (the receiving node's gRPC interceptors continue traces), else over gRPC."""
+        """One unary call answered by ``peer``: over its Forward stream, or a unary gRPC call to a
+        peer without one (an older version)."""
         traceparent = self._current_trace()
         if service == "console":
             return await self._forward_console(peer, method, request, caller, timeout, traceparent)
-        link = self.links.get(peer.name) if not traceparent else None
-        if link is not None:
-            number = METHOD_NUMBER[(service, method)]
+        if self.streams.supported(peer.name):
+            path = method_path(service, method)
             try:
-                reply = await link.call(number, request, caller.authorization, timeout)
-            except LinkNotServing:
-                self.links.drop(link)  # nothing was run there: the gRPC call below finds the leader
-            except LinkBroken as exc:
+                reply = await self.streams.call(peer, path, request, caller.authorization, traceparent, timeout)
+            except ForwardUnsupported:
+                pass  # nothing was sent: the unary call below
+            except OpenRefused as refused:
+                raise _reply_error(peer, refused.code, refused.details, refused.metadata) from None
+            except StreamLost as exc:
                 raise RouteError(Status.UNAVAILABLE, f"shard {peer.name!r} is unavailable ({exc})") from None
             except TimeoutError:
-                # The shard bounds every call below this limit: a link that stays silent past it is
-                # not to be trusted with the next calls (gRPC, with its keepalive, takes over).
-                self.links.drop(link)
-                raise RouteError(Status.UNAVAILABLE, f"shard {peer.name!r} is unavailable (timed out)") from None
+                raise _no_answer(peer, timeout) from None
             else:
-                if reply.status is Status.OK:
-                    return METHODS[number].response.FromString(reply.body)
-                raise _reply_error(peer, reply.status, reply.message, reply.metadata)
-        metadata = self._metadata(caller, traceparent)
+                if reply.code == 0:
+                    return FORWARD_METHODS[path].response.FromString(reply.response)
+                raise _reply_error(peer, status_code(reply.code), reply.message, reply.metadata.items())
         stub = peer.tasks if service == "tasks" else peer.admin
         try:
-            if not self.links.wanted(peer.name):
-                return await getattr(stub, method)(request, metadata=metadata, timeout=timeout)
-            call = getattr(stub, method)(request, metadata=metadata, timeout=timeout)
-            response = await call
-            self.links.advertised(peer.name, peer.shard.endpoint, await call.trailing_metadata())
-            return response
+            return await getattr(stub, method)(request, metadata=self._metadata(caller, traceparent), timeout=timeout)
         except grpc.aio.AioRpcError as exc:
+            if exc.code() is Status.DEADLINE_EXCEEDED and exc.details() in ("", "Deadline Exceeded"):
+                raise _no_answer(peer, timeout) from None  # gRPC's own deadline, not the shard's answer
             raise _peer_error(peer, exc) from None
 
     async def _forward_console(self, peer: Peer, method: str, request: Any, caller: Caller, timeout: float,
                                traceparent: str | None) -> Any:  # fmt: skip
-        """A ``cronoq.console.v1`` call on ``peer`` (over gRPC: links carry cronoq.v1 only)."""
+        """A ``cronoq.console.v1`` call on ``peer`` (a unary gRPC call: the Forward stream carries cronoq.v1 only)."""
         channel = peer.channel
         stub = self._console_stubs.get(id(channel))
         if stub is None or stub[0] is not channel:
@@ -314,6 +301,16 @@ class Router:
                                                   timeout=timeout)  # fmt: skip
         except grpc.aio.AioRpcError as exc:
             raise _peer_error(peer, exc) from None
+
+    async def _forward_submit(self, route: Route, request: pb.SubmitRequest) -> pb.SubmitResponse:
+        peer, caller, timeout = route.target
+        response: pb.SubmitResponse = await self._forward(peer, "tasks", "Submit", request, caller, timeout)
+        return response
+
+    async def _forward_submit_batch(self, route: Route, batch: pb.SubmitBatchRequest) -> pb.SubmitBatchResponse:
+        peer, caller, timeout = route.target
+        response: pb.SubmitBatchResponse = await self._forward(peer, "tasks", "SubmitBatch", batch, caller, timeout)
+        return response
 
     def _wait_timeout(self, requested: float | None) -> float:
         cap = self.limits.max_wait_s
@@ -334,12 +331,8 @@ class Router:
             timeout = self._wait_timeout(request.wait_timeout_s if request.HasField("wait_timeout_s") else None)
         elif self._current_trace() is None:
             # Without a trace to continue, concurrent Submits to one shard may share a call.
-            return await self._coalescer.submit(
-                (peer.name, caller.authorization),
-                request,
-                lambda one: self._forward(peer, "tasks", "Submit", one, caller, timeout),
-                lambda batch: self._forward(peer, "tasks", "SubmitBatch", batch, caller, timeout),
-            )
+            route = Route(peer.name, caller.authorization, (peer, caller, timeout))
+            return await self._coalescer.submit(route, request)
         response: pb.SubmitResponse = await self._forward(peer, "tasks", "Submit", request, caller, timeout)
         return response
 
@@ -772,16 +765,18 @@ def _peer_error(peer: Peer, exc: grpc.aio.AioRpcError) -> RouteError:
     return _reply_error(peer, exc.code(), exc.details() or "", exc.trailing_metadata() or ())
 
 
+def _no_answer(peer: Peer, timeout: float) -> RouteError:
+    """A forwarded call that ran out of time without the shard's answer: what a direct call with
+    that deadline would get."""
+    return RouteError(Status.DEADLINE_EXCEEDED, f"shard {peer.name!r} did not answer within {timeout:g} s")
+
+
 def _reply_error(peer: Peer, code: grpc.StatusCode, details: str, metadata: Any) -> RouteError:
     """A peer's failure as this node's answer: its own status and message, or, when it could not
     be reached, UNAVAILABLE naming the shard."""
     shard_metadata = tuple((str(key), value) for key, value in metadata
-                           if isinstance(value, str) and key.startswith("cronoq-") and key != LINK_KEY)  # fmt: skip
-    unreachable = (code is Status.UNAVAILABLE and not details.startswith("not the leader")) or (
-        # gRPC's own deadline; the shard's answer to a Wait that ran out of time says more
-        code is Status.DEADLINE_EXCEEDED and details in ("", "Deadline Exceeded")
-    )
-    if unreachable:
+                           if isinstance(value, str) and key.startswith("cronoq-"))  # fmt: skip
+    if code is Status.UNAVAILABLE and not details.startswith("not the leader"):
         return RouteError(Status.UNAVAILABLE, f"shard {peer.name!r} is unavailable ({details or code.name.lower()})",
                           shard_metadata)  # fmt: skip
     return RouteError(code, details or code.name.lower(), shard_metadata)

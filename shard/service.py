@@ -3,6 +3,15 @@
 ``ShardService`` owns the driver of the shard's engine, the connected remote workers, the output
 cache, result waiters and watch subscriptions. The gRPC and HTTP layers in ``cronoq.server`` turn
 protobuf/JSON into these calls and back; the router forwards to other shards' services.
+
+Worker sessions end by the shard's own rules too (``SessionEnd``): a worker that stops reading
+its stream, and a worker one of whose leases expires while its stream is still open. The latter
+stopped heartbeating: its process is frozen, stuck or cut off in a way TCP has not noticed yet,
+and it would otherwise keep its free slot and be offered the very retry of the attempt it just
+lost. So it is disconnected at once: the retry goes to another worker, its other leases fail as
+retryable, and a worker that is merely slow reconnects on its own.
+
+The store's codec must store ``Blob`` values (``BlobCodec``): payloads and outputs are blobs here.
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ from typing import Any
 
 from cronoq.engine import (
     Abort,
+    AbortReason,
     AdmissionError,
     CancelledByExecutor,
     Core,
@@ -42,9 +52,9 @@ from cronoq.engine.views import TaskQuery
 from cronoq.stores.base import Store
 from cronoq.stores.history import HistoryRead, Transition, clamp_cursor, info_of
 
-from .blob import Blob, BlobCodec
+from .blob import Blob
 from .driver import Driver, DriverOptions, NotLeader
-from .workers import AbortOut, ShutdownOut, WorkerGone, WorkerRegistry, WorkerSession
+from .workers import AbortOut, SessionEnd, ShutdownOut, WorkerGone, WorkerRegistry, WorkerSession
 
 log = logging.getLogger("cronoq.shard")
 
@@ -88,8 +98,15 @@ class ServiceOptions:
 class Subscription:
     """A watch: status events matching a filter, bounded; a slow reader is cut off."""
 
-    def __init__(self, service: ShardService, pools: set[str] | None, ids: set[int], keys: set[str],
-                 all_transitions: bool, capacity: int) -> None:
+    def __init__(
+        self,
+        service: ShardService,
+        pools: set[str] | None,
+        ids: set[int],
+        keys: set[str],
+        all_transitions: bool,
+        capacity: int,
+    ) -> None:
         self._service = service
         self.pools = pools
         self.ids = ids
@@ -145,13 +162,17 @@ class Subscription:
 
 
 class ShardService:
-    def __init__(self, config: CoreConfig, *, store: Store | None = None, options: ServiceOptions | None = None,
-                 clock: Callable[[], int] = time.time_ns) -> None:
+    def __init__(
+        self,
+        config: CoreConfig,
+        *,
+        store: Store | None = None,
+        options: ServiceOptions | None = None,
+        clock: Callable[[], int] = time.time_ns,
+    ) -> None:
         self.config = config
         self.options = options or ServiceOptions()
         self.store = store
-        if store is not None and hasattr(store, "codec"):
-            store.codec = BlobCodec()
         self.clock = clock
         self.driver = Driver(config, self, store=store, clock=clock, options=self.options.driver)
         self.workers = WorkerRegistry()
@@ -351,8 +372,9 @@ class ShardService:
         history = self._history
         return [] if history is None else await history.transitions(task_id)
 
-    def watch(self, pools: set[str] | None, ids: Iterable[int], keys: Iterable[str],
-              all_transitions: bool) -> Subscription:
+    def watch(
+        self, pools: set[str] | None, ids: Iterable[int], keys: Iterable[str], all_transitions: bool
+    ) -> Subscription:
         if not self.leading:
             raise NotLeader("not the leader (standby or shutting down)")
         sub = Subscription(self, pools, set(ids), set(keys), all_transitions, self.options.watch_buffer)
@@ -392,14 +414,16 @@ class ShardService:
     # ------------------------------------------------------------------------------------------
     # Workers
 
-    def register_worker(self, pool: str, slots: int, name: str, labels: Mapping[str, str],
-                        protocol: int) -> WorkerSession:
+    def register_worker(
+        self, pool: str, slots: int, name: str, labels: Mapping[str, str], protocol: int
+    ) -> WorkerSession:
         core = self.driver.core
         if not self.leading or core is None:
             raise NotLeader("not the leader (standby or shutting down)")
         if protocol < PROTOCOL_VERSION:
-            raise WorkerRefused("failed_precondition",
-                                f"worker protocol {protocol} is too old; this server speaks {PROTOCOL_VERSION}")
+            raise WorkerRefused(
+                "failed_precondition", f"worker protocol {protocol} is too old; this server speaks {PROTOCOL_VERSION}"
+            )
         if pool not in core.pools:
             raise WorkerRefused("not_found", f"unknown pool {pool!r}")
         if slots < 1:
@@ -420,6 +444,12 @@ class ShardService:
             self.driver.post(lambda core, now: _apply(core, now, reports))
         log.info("worker %d disconnected (%s); %d leases returned", session.id, reason, len(held))
 
+    def end_session(self, session: WorkerSession, why: SessionEnd) -> None:
+        """The shard ends ``session`` by its own rule; its stream reports ``why``."""
+        if session.ended_by is None:
+            session.ended_by = why
+        self.unregister_worker(session, why.value)
+
     def set_worker_slots(self, session: WorkerSession, slots: int) -> None:
         session.slots = min(max(slots, 0), self.options.max_slots_per_worker)
         self._sync_group(session.pool, session.key)
@@ -437,8 +467,9 @@ class ShardService:
         self.workers.release_from(session, lease_id)
         self.driver.post(lambda core, now: core.complete(now, lease_id, Success(output)))
 
-    def worker_fail(self, session: WorkerSession, lease_id: int, message: str, permanent: bool,
-                    retry_after: int | None) -> None:
+    def worker_fail(
+        self, session: WorkerSession, lease_id: int, message: str, permanent: bool, retry_after: int | None
+    ) -> None:
         self.workers.release_from(session, lease_id)
         outcome = Failure(message, permanent, retry_after)
         self.driver.post(lambda core, now: core.complete(now, lease_id, outcome))
@@ -466,7 +497,7 @@ class ShardService:
                 return
             except WorkerGone:
                 self.workers.release(lease_id)
-                self.unregister_worker(other, "worker stopped reading its stream")
+                self.end_session(other, SessionEnd.STOPPED_READING)
         message = "no other worker could take the lease" + (f" ({reason})" if reason else "")
         self.driver.post(lambda core, now: core.complete(now, lease_id, Failure(message, False)))
 
@@ -487,20 +518,28 @@ class ShardService:
                 self.workers.assign(session, lease)
             except WorkerGone:
                 self.workers.release(lease.id)
-                self.unregister_worker(session, "worker stopped reading its stream")
+                self.end_session(session, SessionEnd.STOPPED_READING)
                 unplaced.append(lease)
         if unplaced:
             reports = [(lease.id, Failure("no connected worker could take the lease", False)) for lease in unplaced]
             self.driver.post(lambda core, now: _apply(core, now, reports))
 
     def abort(self, aborts: Sequence[Abort]) -> None:
+        stalled: list[WorkerSession] = []
         for abort in aborts:
             session = self.workers.release(abort.lease_id)
-            if session is not None:
-                try:
-                    session.send(AbortOut(abort.lease_id, abort.reason))
-                except WorkerGone:
-                    self.unregister_worker(session, "worker stopped reading its stream")
+            if session is None:
+                continue
+            if abort.reason is AbortReason.LEASE_EXPIRED and session not in stalled:
+                stalled.append(session)
+            try:
+                session.send(AbortOut(abort.lease_id, abort.reason))
+            except WorkerGone:
+                self.end_session(session, SessionEnd.STOPPED_READING)
+        # Before anything of this step is dispatched: the expired lease's retry must not go back
+        # to the worker that let it expire.
+        for session in stalled:
+            self.end_session(session, SessionEnd.LEASE_EXPIRED)
 
     def resolve(self, results: Sequence[Resolve]) -> None:
         outputs = self._outputs
@@ -512,8 +551,13 @@ class ShardService:
                 self._trim_outputs()
             futures = self._waiters.pop(result.id, None)
             if futures:
-                res = Result(result.id, result.status, _as_blob(result.output) if result.has_output else None,
-                             result.has_output, result.message or "")
+                res = Result(
+                    result.id,
+                    result.status,
+                    _as_blob(result.output) if result.has_output else None,
+                    result.has_output,
+                    result.message or "",
+                )
                 for future in futures:
                     if not future.done():
                         future.set_result(res)
@@ -544,9 +588,11 @@ class ShardService:
 
     def space_available(self, pools: Sequence[str | None]) -> None:
         for pool in pools:
-            waiting = list(self._space.values()) if pool is None else [
-                e for e in (self._space.get(pool), self._space.get(None)) if e is not None
-            ]
+            waiting = (
+                list(self._space.values())
+                if pool is None
+                else [e for e in (self._space.get(pool), self._space.get(None)) if e is not None]
+            )
             for event in waiting:
                 event.set()
 

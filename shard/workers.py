@@ -12,6 +12,7 @@ import asyncio
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 
 from cronoq.engine import Dispatch
 
@@ -49,6 +50,15 @@ class WorkerGone(Exception):
     """The worker's outbound queue overflowed or it disconnected."""
 
 
+class SessionEnd(Enum):
+    """Why the shard itself ended a worker's session (its value is what the worker is told)."""
+
+    STOPPED_READING = "worker stopped reading its stream"
+    """Its outbound queue overflowed: it does not read what it is sent."""
+    LEASE_EXPIRED = "a lease expired without a heartbeat"
+    """Its process is frozen, stuck or cut off in a way TCP has not noticed yet."""
+
+
 @dataclass(eq=False)
 class WorkerSession:
     id: int
@@ -62,6 +72,8 @@ class WorkerSession:
     running: dict[int, Dispatch] = field(default_factory=dict)
     outbound: asyncio.Queue[Outbound] = field(init=False)
     closed: bool = False
+    ended_by: SessionEnd | None = None
+    """Set when the shard ended the session (rather than the worker or its stream)."""
 
     def __post_init__(self) -> None:
         self.key = frozenset(self.labels.items())
@@ -101,8 +113,9 @@ class WorkerRegistry:
         self._by_group: dict[tuple[str, LabelKey], list[WorkerSession]] = {}
         self.lease_owner: dict[int, WorkerSession] = {}
 
-    def add(self, pool: str, slots: int, name: str, labels: Mapping[str, str], now: int,
-            protocol: int) -> WorkerSession:
+    def add(
+        self, pool: str, slots: int, name: str, labels: Mapping[str, str], now: int, protocol: int
+    ) -> WorkerSession:
         session = WorkerSession(next(self._ids), pool, name, dict(labels), slots, now, protocol)
         self.sessions[session.id] = session
         self._by_group.setdefault((pool, session.key), []).append(session)

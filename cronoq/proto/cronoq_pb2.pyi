@@ -336,7 +336,7 @@ class StatusEvent(_message.Message):
     def __init__(self, id: _Optional[int] = ..., pool: _Optional[str] = ..., key: _Optional[str] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., attempt: _Optional[int] = ..., at_unix_ns: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
 
 class Register(_message.Message):
-    __slots__ = ("pool", "slots", "worker_name", "protocol_version", "labels")
+    __slots__ = ("pool", "slots", "worker_name", "protocol_version", "labels", "batch_bytes")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -349,12 +349,14 @@ class Register(_message.Message):
     WORKER_NAME_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_BYTES_FIELD_NUMBER: _ClassVar[int]
     pool: str
     slots: int
     worker_name: str
     protocol_version: int
     labels: _containers.ScalarMap[str, str]
-    def __init__(self, pool: _Optional[str] = ..., slots: _Optional[int] = ..., worker_name: _Optional[str] = ..., protocol_version: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    batch_bytes: int
+    def __init__(self, pool: _Optional[str] = ..., slots: _Optional[int] = ..., worker_name: _Optional[str] = ..., protocol_version: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., batch_bytes: _Optional[int] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
     __slots__ = ("lease",)
@@ -405,7 +407,7 @@ class Cancelled(_message.Message):
     def __init__(self, lease: _Optional[int] = ...) -> None: ...
 
 class WorkerMessage(_message.Message):
-    __slots__ = ("register", "heartbeat", "complete", "fail", "set_slots", "nack", "cancelled")
+    __slots__ = ("register", "heartbeat", "complete", "fail", "set_slots", "nack", "cancelled", "batch")
     REGISTER_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     COMPLETE_FIELD_NUMBER: _ClassVar[int]
@@ -413,6 +415,7 @@ class WorkerMessage(_message.Message):
     SET_SLOTS_FIELD_NUMBER: _ClassVar[int]
     NACK_FIELD_NUMBER: _ClassVar[int]
     CANCELLED_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
     register: Register
     heartbeat: Heartbeat
     complete: Complete
@@ -420,21 +423,38 @@ class WorkerMessage(_message.Message):
     set_slots: SetSlots
     nack: Nack
     cancelled: Cancelled
-    def __init__(self, register: _Optional[_Union[Register, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., complete: _Optional[_Union[Complete, _Mapping]] = ..., fail: _Optional[_Union[Fail, _Mapping]] = ..., set_slots: _Optional[_Union[SetSlots, _Mapping]] = ..., nack: _Optional[_Union[Nack, _Mapping]] = ..., cancelled: _Optional[_Union[Cancelled, _Mapping]] = ...) -> None: ...
+    batch: WorkerBatch
+    def __init__(self, register: _Optional[_Union[Register, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., complete: _Optional[_Union[Complete, _Mapping]] = ..., fail: _Optional[_Union[Fail, _Mapping]] = ..., set_slots: _Optional[_Union[SetSlots, _Mapping]] = ..., nack: _Optional[_Union[Nack, _Mapping]] = ..., cancelled: _Optional[_Union[Cancelled, _Mapping]] = ..., batch: _Optional[_Union[WorkerBatch, _Mapping]] = ...) -> None: ...
+
+class WorkerBatch(_message.Message):
+    __slots__ = ("heartbeats", "completes", "fails", "nacks", "cancelled")
+    HEARTBEATS_FIELD_NUMBER: _ClassVar[int]
+    COMPLETES_FIELD_NUMBER: _ClassVar[int]
+    FAILS_FIELD_NUMBER: _ClassVar[int]
+    NACKS_FIELD_NUMBER: _ClassVar[int]
+    CANCELLED_FIELD_NUMBER: _ClassVar[int]
+    heartbeats: _containers.RepeatedCompositeFieldContainer[Heartbeat]
+    completes: _containers.RepeatedCompositeFieldContainer[Complete]
+    fails: _containers.RepeatedCompositeFieldContainer[Fail]
+    nacks: _containers.RepeatedCompositeFieldContainer[Nack]
+    cancelled: _containers.RepeatedCompositeFieldContainer[Cancelled]
+    def __init__(self, heartbeats: _Optional[_Iterable[_Union[Heartbeat, _Mapping]]] = ..., completes: _Optional[_Iterable[_Union[Complete, _Mapping]]] = ..., fails: _Optional[_Iterable[_Union[Fail, _Mapping]]] = ..., nacks: _Optional[_Iterable[_Union[Nack, _Mapping]]] = ..., cancelled: _Optional[_Iterable[_Union[Cancelled, _Mapping]]] = ...) -> None: ...
 
 class Registered(_message.Message):
-    __slots__ = ("worker_id", "lease_ttl_s", "slots", "protocol_version", "max_message_bytes")
+    __slots__ = ("worker_id", "lease_ttl_s", "slots", "protocol_version", "max_message_bytes", "batching")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_TTL_S_FIELD_NUMBER: _ClassVar[int]
     SLOTS_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     MAX_MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    BATCHING_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     lease_ttl_s: float
     slots: int
     protocol_version: int
     max_message_bytes: int
-    def __init__(self, worker_id: _Optional[int] = ..., lease_ttl_s: _Optional[float] = ..., slots: _Optional[int] = ..., protocol_version: _Optional[int] = ..., max_message_bytes: _Optional[int] = ...) -> None: ...
+    batching: bool
+    def __init__(self, worker_id: _Optional[int] = ..., lease_ttl_s: _Optional[float] = ..., slots: _Optional[int] = ..., protocol_version: _Optional[int] = ..., max_message_bytes: _Optional[int] = ..., batching: _Optional[bool] = ...) -> None: ...
 
 class Lease(_message.Message):
     __slots__ = ("lease", "task_id", "attempt", "payload", "content_type", "kind", "key", "tags", "timeout_s", "deadline_unix_ns", "pool", "priority", "lease_ttl_s")
@@ -490,16 +510,26 @@ class Shutdown(_message.Message):
     def __init__(self, reason: _Optional[str] = ..., not_leader: _Optional[bool] = ...) -> None: ...
 
 class ServerMessage(_message.Message):
-    __slots__ = ("registered", "lease", "abort", "shutdown")
+    __slots__ = ("registered", "lease", "abort", "shutdown", "batch")
     REGISTERED_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
     ABORT_FIELD_NUMBER: _ClassVar[int]
     SHUTDOWN_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
     registered: Registered
     lease: Lease
     abort: Abort
     shutdown: Shutdown
-    def __init__(self, registered: _Optional[_Union[Registered, _Mapping]] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., abort: _Optional[_Union[Abort, _Mapping]] = ..., shutdown: _Optional[_Union[Shutdown, _Mapping]] = ...) -> None: ...
+    batch: ServerBatch
+    def __init__(self, registered: _Optional[_Union[Registered, _Mapping]] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., abort: _Optional[_Union[Abort, _Mapping]] = ..., shutdown: _Optional[_Union[Shutdown, _Mapping]] = ..., batch: _Optional[_Union[ServerBatch, _Mapping]] = ...) -> None: ...
+
+class ServerBatch(_message.Message):
+    __slots__ = ("leases", "aborts")
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    ABORTS_FIELD_NUMBER: _ClassVar[int]
+    leases: _containers.RepeatedCompositeFieldContainer[Lease]
+    aborts: _containers.RepeatedCompositeFieldContainer[Abort]
+    def __init__(self, leases: _Optional[_Iterable[_Union[Lease, _Mapping]]] = ..., aborts: _Optional[_Iterable[_Union[Abort, _Mapping]]] = ...) -> None: ...
 
 class Empty(_message.Message):
     __slots__ = ()
@@ -700,3 +730,54 @@ class ListRecurringResponse(_message.Message):
     schedules: _containers.RepeatedCompositeFieldContainer[RecurringInfo]
     unavailable_shards: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, schedules: _Optional[_Iterable[_Union[RecurringInfo, _Mapping]]] = ..., unavailable_shards: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ForwardedCall(_message.Message):
+    __slots__ = ("id", "method", "request", "authorization", "timeout_s", "traceparent", "cancel")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    AUTHORIZATION_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    method: str
+    request: bytes
+    authorization: str
+    timeout_s: float
+    traceparent: str
+    cancel: bool
+    def __init__(self, id: _Optional[int] = ..., method: _Optional[str] = ..., request: _Optional[bytes] = ..., authorization: _Optional[str] = ..., timeout_s: _Optional[float] = ..., traceparent: _Optional[str] = ..., cancel: _Optional[bool] = ...) -> None: ...
+
+class ForwardedReply(_message.Message):
+    __slots__ = ("id", "code", "message", "metadata", "response")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ID_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    code: int
+    message: str
+    metadata: _containers.ScalarMap[str, str]
+    response: bytes
+    def __init__(self, id: _Optional[int] = ..., code: _Optional[int] = ..., message: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., response: _Optional[bytes] = ...) -> None: ...
+
+class ForwardRequest(_message.Message):
+    __slots__ = ("calls",)
+    CALLS_FIELD_NUMBER: _ClassVar[int]
+    calls: _containers.RepeatedCompositeFieldContainer[ForwardedCall]
+    def __init__(self, calls: _Optional[_Iterable[_Union[ForwardedCall, _Mapping]]] = ...) -> None: ...
+
+class ForwardResponse(_message.Message):
+    __slots__ = ("replies",)
+    REPLIES_FIELD_NUMBER: _ClassVar[int]
+    replies: _containers.RepeatedCompositeFieldContainer[ForwardedReply]
+    def __init__(self, replies: _Optional[_Iterable[_Union[ForwardedReply, _Mapping]]] = ...) -> None: ...

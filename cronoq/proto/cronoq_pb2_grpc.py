@@ -679,3 +679,76 @@ class Admin:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class PeersStub:
+    """Missing associated documentation comment in .proto file."""
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Forward = channel.stream_stream(
+                '/cronoq.v1.Peers/Forward',
+                request_serializer=cronoq_dot_v1_dot_cronoq__pb2.ForwardRequest.SerializeToString,
+                response_deserializer=cronoq_dot_v1_dot_cronoq__pb2.ForwardResponse.FromString,
+                _registered_method=True)
+
+
+class PeersServicer:
+    """Missing associated documentation comment in .proto file."""
+
+    def Forward(self, request_iterator, context):
+        """Internal: calls that other nodes of the cluster forward here, several per message.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_PeersServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Forward': grpc.stream_stream_rpc_method_handler(
+                    servicer.Forward,
+                    request_deserializer=cronoq_dot_v1_dot_cronoq__pb2.ForwardRequest.FromString,
+                    response_serializer=cronoq_dot_v1_dot_cronoq__pb2.ForwardResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'cronoq.v1.Peers', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('cronoq.v1.Peers', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Peers:
+    """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def Forward(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/cronoq.v1.Peers/Forward',
+            cronoq_dot_v1_dot_cronoq__pb2.ForwardRequest.SerializeToString,
+            cronoq_dot_v1_dot_cronoq__pb2.ForwardResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

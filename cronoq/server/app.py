@@ -33,6 +33,7 @@ from cronoq.config import (
     parse_socket_addr,
 )
 from cronoq.router import Router
+from cronoq.shard.blob import BlobCodec
 from cronoq.shard.driver import DriverOptions
 from cronoq.shard.service import ServiceOptions, ShardService
 from cronoq.stores.base import SchemaTooNew, ShardMismatch, Store
@@ -41,16 +42,15 @@ from . import telemetry
 from .api import Api
 from .auth import Authenticator
 from .convert import core_config
+from .forward import ForwardService
 from .grpc_service import SHUTDOWN_LINGER_S, GrpcServices, server_options
 from .grpc_web import GrpcWebFront
 from .http import HttpGateway, ListenError, start_http
-from .links import LinkServer
 from .unary import UnaryRunner
 
 __all__ = ["BindError", "ServerApp", "make_store"]
 
 log = logging.getLogger("cronoq.server")
-
 
 
 class BindError(Exception):
@@ -66,7 +66,7 @@ class Listening:
 
 
 def make_store(config: Config) -> Store:
-    """The store of this server's shard, from ``[store]``."""
+    """The store of this server's shard, from ``[store]``, storing payloads and outputs as blobs."""
     section = config.store
     shard = config.server.shard if config.sharded else None
     retention = config.limits.key_retention_s
@@ -75,18 +75,18 @@ def make_store(config: Config) -> Store:
 
         path = config.store_namespace()
         assert path is not None
-        return SqliteStore(path, retention=retention, shard=shard)
+        return SqliteStore(path, retention=retention, shard=shard, codec=BlobCodec())
     if isinstance(section, PostgresStoreConfig):
         from cronoq.stores.postgres import PostgresStore
 
         if section.url is None:
             raise ValueError("store.url is not known (the environment variable was not read)")
         schema = config.store_namespace() or "public"
-        return PostgresStore(section.url, schema=schema, retention=retention, shard=shard)
+        return PostgresStore(section.url, schema=schema, retention=retention, shard=shard, codec=BlobCodec())
     assert isinstance(section, MemoryStoreConfig)
     from cronoq.stores.memory import MemoryStore
 
-    return MemoryStore(shard=shard, retention=retention)
+    return MemoryStore(shard=shard, retention=retention, codec=BlobCodec())
 
 
 def _format_addr(host: str, port: int) -> str:
@@ -141,13 +141,8 @@ class ServerApp:
         self._grace = config.server.shutdown_grace_s
         self.service: ShardService | None = None
         self.http: HttpGateway | None = None
-        # One set of in-flight limits for the unary calls of every listener (gRPC, HTTP, peer links).
+        # One set of in-flight limits for the unary calls of every listener (gRPC, HTTP, forwarded).
         self.unary = UnaryRunner(config.limits)
-        # Links carry other shards' forwarded calls and workers' Work streams beside gRPC.
-        self.links: LinkServer | None = None
-        if config.server.links:
-            work = GrpcServices(self.api, self.authenticator, router=self.router, unary=self.unary).Work
-            self.links = LinkServer(self.api, self.router, self.authenticator, work, self.unary)
         self._scaler = _WebhookScaler(config)
         # gRPC-Web: a front owns the gRPC address and passes native gRPC on to grpcio (grpc_web.py).
         self.web_front: GrpcWebFront | None = None
@@ -173,9 +168,12 @@ class ServerApp:
     async def _listen(self, *, standby: bool) -> grpc.aio.Server:
         server = grpc.aio.server(options=server_options(self.config, standby=standby),
                                  interceptors=telemetry.grpc_interceptors())  # fmt: skip
-        link_port = self.links.port if self.links is not None else 0
-        GrpcServices(self.api, self.authenticator, router=self.router, standby=standby,
-                     link_port=link_port, unary=self.unary).add_to(server)  # fmt: skip
+        services = GrpcServices(self.api, self.authenticator, router=self.router, standby=standby, unary=self.unary)
+        services.add_to(server)
+        # Calls other nodes forward here, several per message on one stream per node.
+        forwarding = ForwardService(self.router, self.authenticator, self.unary, services.principal_of,
+                                    self.config.limits.max_message_bytes)  # fmt: skip
+        forwarding.add_to(server)
         address = _format_addr(self._host, self._port)
         if self.web_front is not None:
             address = "unix:" + self.web_front.next_socket()  # the front owns the TCP address
@@ -217,11 +215,6 @@ class ServerApp:
         except ListenError as exc:
             raise BindError(str(exc)) from None
         try:
-            if self.links is not None:
-                try:
-                    await self.links.start(self._host, self.config)
-                except OSError as exc:
-                    raise BindError(f"cannot listen for links on {self._host}: {exc.strerror or exc}") from None
             if self.web_front is not None:
                 try:
                     self._port = await self.web_front.start(self._host, self._port)
@@ -231,8 +224,6 @@ class ServerApp:
         except BaseException:
             if self.web_front is not None:
                 await self.web_front.close()
-            if self.links is not None:
-                await self.links.close()
             await self.http.close()
             raise
         try:
@@ -250,8 +241,6 @@ class ServerApp:
                 self.api.service = None
                 self.service = None
                 self.http.retire_connections(SHUTDOWN_LINGER_S)  # HTTP clients reconnect, as gRPC ones do
-                if self.links is not None:
-                    self.links.retire()  # forwarding nodes go back to gRPC and find the new leader
                 await _stop_server(server, SHUTDOWN_LINGER_S)
                 with contextlib.suppress(Exception):
                     await self.store.release_leadership()
@@ -261,8 +250,6 @@ class ServerApp:
             await _stop_server(server, 0)
             if self.web_front is not None:
                 await self.web_front.close()
-            if self.links is not None:
-                await self.links.close()
             await self.http.close()
             await self.router.close()
             await self._scaler.close()

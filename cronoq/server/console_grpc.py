@@ -27,7 +27,7 @@ class ConsoleServicer(cpbg.ConsoleServicer):
     def add_to(self, server: grpc.aio.Server) -> None:
         from .grpc_service import register_services
 
-        register_services(server, cpb, self)
+        register_services(server, cpb, self, tuple(cpb.DESCRIPTOR.services_by_name))
 
     async def SearchTasks(self, request: cpb.SearchTasksRequest, context: Any) -> pb.ListTasksResponse:
         services = self._services

@@ -8,40 +8,37 @@ by ``max_wait_s + request_timeout_s`` (CANCELLED past that) and by the server's 
 (``UnaryRunner``: RESOURCE_EXHAUSTED beyond). ``server_options`` bounds what a connection may
 cost before any of this: connections, handshake time, metadata size, idle time, pings.
 
-The Work stream adapts worker protocol 3 to the shard service's worker sessions: Register
-first (within 10 s), then leases, aborts and a final Shutdown flow out of the session's bounded
-outbound queue while heartbeats and outcomes flow in. A lease's outcome counts only while the
-stream still holds the lease; anything later is ignored. When the stream ends for any reason the
-leases it held fail as retryable.
+The Work stream is served by ``work_stream.WorkStreams``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
 
-from cronoq.config import Config, Role
+from cronoq.config import Config
 from cronoq.proto import cronoq_pb2 as pb
 from cronoq.proto import cronoq_pb2_grpc as pbg
 from cronoq.router import FORWARDED, UNAVAILABLE_SHARDS_KEY, Router, collect_unavailable
-from cronoq.router.link import LINK_KEY
-from cronoq.server.worker_link import WORKER_LINK_KEY
-from cronoq.shard.blob import Blob
-from cronoq.shard.service import PROTOCOL_VERSION, ShardService
-from cronoq.shard.workers import AbortOut, LeaseOut, ShutdownOut, WorkerSession
 
-from . import convert
 from .api import Api
 from .auth import Authenticator, Principal
-from .errors import ApiError, Code, from_exception
+from .errors import ApiError, from_exception
 from .unary import UnaryRunner
+from .work_stream import REGISTER_TIMEOUT_S, SHUTDOWN_LINGER_S, WorkStreams
+from .work_stream import abort_call as _abort
 
-__all__ = ["REGISTER_TIMEOUT_S", "GrpcServices", "Malformed", "server_options"]
+__all__ = [
+    "REGISTER_TIMEOUT_S",
+    "SHUTDOWN_LINGER_S",
+    "GrpcServices",
+    "Malformed",
+    "register_services",
+    "server_options",
+]
 
 log = logging.getLogger("cronoq.server")
 
@@ -61,12 +58,6 @@ class _UnquotedMetadata(logging.Filter):
 
 
 logging.getLogger("grpc._cython.cygrpc").addFilter(_UnquotedMetadata())
-
-REGISTER_TIMEOUT_S = 10.0
-"""A Work stream must send Register within this long."""
-
-SHUTDOWN_LINGER_S = 1.0
-"""After Shutdown, how long a Work stream stays open for the worker to close it."""
 
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")
@@ -189,10 +180,11 @@ _HANDLER_KINDS = {
 }
 
 
-def register_services(server: grpc.aio.Server, module: Any, servicer: Any) -> None:
-    """Serve every service of the protobuf ``module`` from ``servicer``'s methods of the same names,
-    with deserializers that never raise (``_lenient``, ``_refusing``)."""
-    for service in module.DESCRIPTOR.services_by_name.values():
+def register_services(server: grpc.aio.Server, module: Any, servicer: Any, names: tuple[str, ...]) -> None:
+    """Serve the services ``names`` of the protobuf ``module`` from ``servicer``'s methods of the
+    same names, with deserializers that never raise (``_lenient``, ``_refusing``)."""
+    for name in names:
+        service = module.DESCRIPTOR.services_by_name[name]
         handlers: dict[str, grpc.RpcMethodHandler] = {}
         for method in service.methods:
             request_type = getattr(module, method.input_type.name, None) or _message_class(method.input_type)
@@ -212,11 +204,6 @@ def _message_class(descriptor: Any) -> Any:
     return message_factory.GetMessageClass(descriptor)
 
 
-async def _abort(context: grpc.aio.ServicerContext[Any, Any], error: ApiError) -> Any:
-    if error.metadata:
-        await context.abort(error.code.grpc, error.message, trailing_metadata=error.metadata)
-    await context.abort(error.code.grpc, error.message)
-
 
 class GrpcServices(pbg.TasksServicer, pbg.AdminServicer, pbg.WorkersServicer):
     """All three services on one object. ``standby`` servers authenticate, then refuse.
@@ -225,22 +212,20 @@ class GrpcServices(pbg.TasksServicer, pbg.AdminServicer, pbg.WorkersServicer):
     Work streams are served by this shard only."""
 
     def __init__(self, api: Api, authenticator: Authenticator, *, router: Router | None = None,
-                 standby: bool = False, link_port: int = 0, unary: UnaryRunner | None = None) -> None:  # fmt: skip
+                 standby: bool = False, unary: UnaryRunner | None = None) -> None:  # fmt: skip
         self.api = api
         self.router = router if router is not None else Router(api.config, api)
         self.auth = authenticator
         self.standby = standby
         self.limits = api.limits
         self.unary = unary if unary is not None else UnaryRunner(api.limits)
-        # Forwarding nodes and workers learn this leader's link port from its answers to them.
-        self._link_advert = ((LINK_KEY, str(link_port)),) if link_port and not standby else ()
-        self._worker_link_advert = ((WORKER_LINK_KEY, str(link_port)),) if link_port and not standby else ()
+        self.work_streams = WorkStreams(api, self.principal_of)
 
     def add_to(self, server: grpc.aio.Server) -> None:
         """Register every method of ``cronoq.v1`` (and of the console's ``cronoq.console.v1``) as the
         generated ``add_*Servicer_to_server`` would, but with deserializers that turn malformed bytes
         into INVALID_ARGUMENT."""
-        register_services(server, pb, self)
+        register_services(server, pb, self, ("Tasks", "Admin", "Workers"))
         from .console_grpc import ConsoleServicer  # the console's calls (cronoq.console.v1)
 
         ConsoleServicer(self).add_to(server)
@@ -253,6 +238,11 @@ class GrpcServices(pbg.TasksServicer, pbg.AdminServicer, pbg.WorkersServicer):
             principal = principal.as_forwarded()
         return principal
 
+    def principal_of(self, context: grpc.aio.ServicerContext[Any, Any]) -> Principal:
+        """The caller of ``context``'s call, as every call of this listener authenticates it (for
+        the services registered beside these: ``cronoq.server.forward``)."""
+        return self._principal(context)
+
     async def _unary(self, context: grpc.aio.ServicerContext[Any, Any], request: Req,
                      handler: Callable[[Principal, Req], Awaitable[Resp]]) -> Resp:  # fmt: skip
         try:
@@ -262,8 +252,6 @@ class GrpcServices(pbg.TasksServicer, pbg.AdminServicer, pbg.WorkersServicer):
             response, missing = await self.unary.run(principal, handler, request)
             if missing:
                 context.set_trailing_metadata(((UNAVAILABLE_SHARDS_KEY, ",".join(missing)),))
-            elif principal.forwarded and self._link_advert:
-                context.set_trailing_metadata(self._link_advert)
             return response
         except Exception as exc:
             return await _abort(context, from_exception(exc))  # type: ignore[no-any-return]
@@ -326,209 +314,4 @@ class GrpcServices(pbg.TasksServicer, pbg.AdminServicer, pbg.WorkersServicer):
     # ------------------------------------------------------------------------------- Workers
 
     async def Work(self, request_iterator: Any, context: Any) -> None:
-        try:
-            # Credentials decide first, but a refusal is reported only after the worker's
-            # Register has been read: ending the call while the client is still writing its first
-            # message can surface on the client as an INTERNAL error instead of our status.
-            refusal: ApiError | None = None
-            try:
-                principal = self._principal(context)
-                principal.require(Role.WORKER)
-                self.api.current()
-            except ApiError as error:
-                refusal = error
-            try:
-                first = await asyncio.wait_for(context.read(), REGISTER_TIMEOUT_S)
-            except TimeoutError:
-                raise refusal or ApiError(Code.DEADLINE_EXCEEDED,
-                                          f"no Register message within {REGISTER_TIMEOUT_S:g} s") from None  # fmt: skip
-            except ApiError as unreadable:  # a malformed first message; credentials still come first
-                raise refusal or unreadable from None
-            if refusal is not None:
-                raise refusal
-            if first is grpc.aio.EOF:
-                return
-            if first.WhichOneof("msg") != "register":
-                raise ApiError.invalid("the first message of a Work stream must be Register")
-            if self._moves_to_link(context, principal):
-                # The worker can move to a link: check what it asks for, name the port, and end
-                # this stream before anything is registered (the worker registers on the link).
-                self._check_register(principal, first.register)
-                await context.send_initial_metadata(self._worker_link_advert)
-                return
-            service, session = self._register(principal, first.register)
-        except ApiError as error:
-            await _abort(context, error)
-            return
-        stream = _WorkStream(self, service, session, context)
-        await stream.run()
-
-    def _moves_to_link(self, context: Any, principal: Principal) -> bool:
-        """Whether this Work stream's worker offered to move to a link and may (a token caller)."""
-        if not self._worker_link_advert or principal.certificate:
-            return False
-        return _metadata_value(context, WORKER_LINK_KEY) == "1"
-
-    def _check_register(self, principal: Principal, register: pb.Register) -> tuple[str, int, str, dict[str, str]]:
-        """``(pool, granted slots, name, labels)`` of an acceptable Register; ApiError otherwise."""
-        if register.protocol_version < PROTOCOL_VERSION:
-            raise ApiError(
-                Code.FAILED_PRECONDITION,
-                f"worker protocol {register.protocol_version} is too old; this server needs protocol "
-                f"{PROTOCOL_VERSION}",
-            )
-        pool = register.pool or self.api.default_pool
-        convert.text(pool, "pool")
-        self.api.check_pool(principal, pool)
-        labels = dict(register.labels)
-        for name, value in labels.items():
-            convert.text(name, "label name", self.limits.max_tag_len)
-            convert.text(value, "label value", self.limits.max_tag_len)
-        principal.check_labels(labels)
-        name = convert.text(register.worker_name, "worker_name", self.limits.max_key_len)
-        if register.slots < 1:
-            raise ApiError.invalid("a worker needs at least one slot")
-        section = self.api.config.pool(pool)
-        return pool, min(register.slots, section.slots_cap(self.limits)), name, labels
-
-    def _register(self, principal: Principal, register: pb.Register) -> tuple[ShardService, WorkerSession]:
-        pool, granted, name, labels = self._check_register(principal, register)
-        service = self.api.current()
-        try:
-            session = service.register_worker(pool, granted, name, labels, register.protocol_version)
-        except Exception as exc:
-            raise from_exception(exc) from exc
-        log.info("worker %d (%s, %s) registered for pool %s: %d slots granted of %d requested",
-                 session.id, name or "unnamed", principal.name, pool, granted, register.slots)  # fmt: skip
-        return service, session
-
-
-class _WorkStream:
-    """One registered Work stream."""
-
-    def __init__(self, services: GrpcServices, service: ShardService, session: WorkerSession, context: Any) -> None:
-        self.services = services
-        self.service = service
-        self.session = session
-        self.context = context
-        section = services.api.config.pool(session.pool)
-        self.slots_cap = section.slots_cap(services.limits)
-        self.lease_ttl_s = section.lease_ttl_s
-
-    async def run(self) -> None:
-        session, context = self.session, self.context
-        reason = "worker disconnected"
-        error: ApiError | None = None
-        writer: asyncio.Task[str] | None = None
-        reader: asyncio.Task[str] | None = None
-        try:
-            registered = pb.Registered(
-                worker_id=session.id,
-                lease_ttl_s=self.lease_ttl_s,
-                slots=session.slots,
-                protocol_version=PROTOCOL_VERSION,
-                max_message_bytes=self.services.limits.max_message_bytes,
-            )
-            await context.write(pb.ServerMessage(registered=registered))
-            writer = asyncio.ensure_future(self._write())
-            reader = asyncio.ensure_future(self._read())
-            done, _ = await asyncio.wait({writer, reader}, return_when=asyncio.FIRST_COMPLETED)
-            if reader in done:
-                failure = reader.exception()
-                if isinstance(failure, ApiError):  # a malformed message (``_refusing``)
-                    reason, error = "malformed message", failure
-                elif failure is None and reader.result() == "second register":
-                    reason = "second register"
-                    error = ApiError.invalid("a second Register ends the stream")
-            elif writer.exception() is None:
-                if writer.result() == "shutdown":
-                    # Give the worker a moment to close its side, then end the call.
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(asyncio.shield(reader), SHUTDOWN_LINGER_S)
-                    reason = "server shutting down"
-                else:
-                    closed = getattr(self.service, "close_reason", None)
-                    reason = (closed(session) if closed is not None else None) or "worker stopped reading its stream"
-                    error = ApiError(Code.UNAVAILABLE, f"disconnected: {reason}")
-        finally:
-            # No read or write may be in flight when the call's status goes out.
-            pending = [task for task in (writer, reader) if task is not None]
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
-            self.service.unregister_worker(session, reason)
-        if error is not None:
-            await _abort(context, error)
-
-    async def _write(self) -> str:
-        session, context = self.session, self.context
-        queue = session.outbound
-        write = context.write
-        lease_message = convert.lease_server_message
-        while True:
-            # Take what is queued without suspending; wait only when the queue is empty. Closing
-            # the session wakes a waiting writer (``WorkerSession.close``), so no polling is needed.
-            try:
-                out = queue.get_nowait()
-            except asyncio.QueueEmpty:
-                if session.closed:
-                    return "closed"
-                out = await queue.get()
-            if type(out) is LeaseOut:  # by far the most frequent
-                await write(lease_message(out.lease))
-            elif isinstance(out, AbortOut):
-                await write(pb.ServerMessage(abort=pb.Abort(lease=out.lease_id, reason=out.reason)))
-            elif isinstance(out, ShutdownOut):
-                message = pb.Shutdown(reason=out.reason, not_leader=out.not_leader)
-                await write(pb.ServerMessage(shutdown=message))
-                return "shutdown"
-
-    async def _read(self) -> str:
-        service, session, context = self.service, self.session, self.context
-        running = session.running
-        read = context.read
-        eof = grpc.aio.EOF
-        while True:
-            message = await read()
-            if message is eof:
-                return "worker closed the stream"
-            kind = message.WhichOneof("msg")
-            # Outcomes and heartbeats first: they are nearly all of a busy stream's traffic.
-            if kind == "complete":
-                done = message.complete
-                if done.lease in running:
-                    content_type = done.content_type
-                    if content_type:
-                        content_type = convert.sanitize_message(content_type)[: convert.MAX_CONTENT_TYPE_LEN]
-                    service.worker_complete(session, done.lease, Blob(bytes(done.output), content_type))
-            elif kind == "heartbeat":
-                lease = message.heartbeat.lease
-                if lease in running:
-                    service.worker_heartbeat(session, lease)
-            elif kind == "fail":
-                fail = message.fail
-                if fail.lease in running:
-                    retry_after = _retry_after(fail)
-                    service.worker_fail(session, fail.lease, convert.sanitize_message(fail.message), fail.permanent,
-                                        retry_after)  # fmt: skip
-            elif kind == "cancelled":
-                lease = message.cancelled.lease
-                if lease in running:
-                    service.worker_cancelled(session, lease)
-            elif kind == "nack":
-                service.worker_nack(session, message.nack.lease, convert.sanitize_message(message.nack.reason))
-            elif kind == "set_slots":
-                slots = min(message.set_slots.slots, self.slots_cap)
-                service.set_worker_slots(session, slots)
-                log.info("worker %d now has %d slots", session.id, slots)
-            elif kind == "register":
-                return "second register"
-
-
-def _retry_after(fail: pb.Fail) -> int | None:
-    if not fail.HasField("retry_after_s"):
-        return None
-    try:
-        return convert.duration_ns(fail.retry_after_s, "retry_after_s")
-    except ApiError:
-        return None  # a nonsensical hint is dropped rather than failing the stream
+        await self.work_streams.serve(context)

@@ -66,6 +66,11 @@ NO_NUL = "^[^\\u0000]*$"
 """Strings in requests must not contain NUL characters."""
 
 
+def signed_int64_pattern() -> str:
+    """A regular expression for the decimal strings of int64 values (Unix nanoseconds in queries)."""
+    return f"^(?:{_decimal_at_most(_INT64_MAX)}|-{_decimal_at_most(-_INT64_MIN)})$"
+
+
 def _decimal_at_most(bound: int) -> str:
     """A regular expression for the decimal numbers from 0 to ``bound`` (leading zeros allowed,
     as the server reads them), so a schema-valid string is always in range."""
@@ -105,7 +110,7 @@ def _schemas(limits: LimitsConfig, resources: Mapping[str, int]) -> dict[str, Sc
     unix_ns_in: Schema = {
         "description": "Unix nanoseconds: a decimal string or a JSON integer.",
         "oneOf": [
-            {"type": "string", "pattern": f"^(?:{_decimal_at_most(_INT64_MAX)}|-{_decimal_at_most(-_INT64_MIN)})$"},
+            {"type": "string", "pattern": signed_int64_pattern()},
             {"type": "integer", "minimum": _INT64_MIN, "maximum": _INT64_MAX},
         ],
     }

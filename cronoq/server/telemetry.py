@@ -54,7 +54,7 @@ import contextlib
 import inspect
 import logging
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -62,8 +62,7 @@ import grpc
 
 from cronoq._otel import SPAN_NAME, TRACEPARENT, current_traceparent
 from cronoq.config import Config
-
-from .service import ServerShardService
+from cronoq.shard.service import ShardService
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -86,6 +85,7 @@ __all__ = [
     "TelemetryError",
     "TracedShardService",
     "active",
+    "forwarded_call_span",
     "grpc_interceptors",
     "outgoing_traceparent",
     "plan",
@@ -342,6 +342,8 @@ class _RpcSpans(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         if handler is None:
             return None
         method: str = handler_call_details.method
+        if method == FORWARD_STREAM:
+            return handler  # each call in it gets its own span (``forwarded_call_span``)
         metadata = handler_call_details.invocation_metadata
         return _wrap_handler(self._tracer, handler, method, metadata)
 
@@ -396,6 +398,41 @@ def _wrap_handler(tracer: Tracer, handler: Any, method: str, metadata: Any) -> A
     return grpc.stream_stream_rpc_method_handler(wrap(handler.stream_stream), **common)
 
 
+FORWARD_STREAM = "/cronoq.v1.Peers/Forward"
+"""The internal stream other nodes forward calls over: a span per call in it, none for the stream."""
+
+
+@contextlib.contextmanager
+def forwarded_call_span(method: str, traceparent: str) -> Iterator[Callable[[grpc.StatusCode, str], None]]:
+    """Around a call forwarded in a Forward stream: the SERVER span the same call made directly
+    gets, child of its ``traceparent`` (a root span without one). Yields a function recording
+    the call's status; nothing at all when tracing is off."""
+    tracer = _tracer()
+    if tracer is None:
+        yield _no_status
+        return
+    from opentelemetry import propagate
+    from opentelemetry.trace import SpanKind, Status, StatusCode
+
+    service, _, name = method.lstrip("/").partition("/")
+    attributes = {"rpc.system": "grpc", "rpc.service": service, "rpc.method": name}
+    parent = propagate.extract({TRACEPARENT: traceparent} if traceparent else {})
+    with tracer.start_as_current_span(f"{service}/{name}", context=parent, kind=SpanKind.SERVER,
+                                      attributes=attributes, record_exception=False,
+                                      set_status_on_exception=False) as span:  # fmt: skip
+
+        def record(code: grpc.StatusCode, details: str) -> None:
+            span.set_attribute("rpc.grpc.status_code", code.value[0])
+            if code in _ERROR_CODES:
+                span.set_status(Status(StatusCode.ERROR, details or code.name))
+
+        yield record
+
+
+def _no_status(code: grpc.StatusCode, details: str) -> None:
+    pass
+
+
 def grpc_interceptors() -> Sequence[grpc.aio.ServerInterceptor] | None:
     """Interceptors for ``grpc.aio.server``: None when tracing is off (no per-call cost)."""
     tracer = _tracer()
@@ -447,17 +484,17 @@ def trace_http(handler: HttpHandler, route_of: Callable[[str, str], Any]) -> Htt
 # ======================================================================================= attempt spans
 
 
-def shard_service_type() -> type[ServerShardService]:
+def shard_service_type() -> type[ShardService]:
     """The shard service class to run: with attempt spans when tracing is on."""
-    return TracedShardService if _tracer() is not None else ServerShardService
+    return TracedShardService if _tracer() is not None else ShardService
 
 
-class TracedShardService(ServerShardService):
+class TracedShardService(ShardService):
     """The server's shard service plus a ``cronoq.task`` span per attempt: opened when the lease
     is dispatched, closed by the attempt's outcome (completion, failure, abort, lost worker)."""
 
     def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         tracer = _tracer()
         if tracer is None:
             raise RuntimeError("TracedShardService needs telemetry with tracing on (telemetry.setup)")

@@ -1,4 +1,5 @@
-"""The bounds every unary call of the server runs under, whatever carried it (gRPC or HTTP).
+"""The bounds every unary call of the server runs under, whatever carried it (a gRPC call, an HTTP
+request or a Forward stream).
 
 At most ``limits.max_concurrent_requests`` calls in flight over the whole server, and at most
 ``limits.max_concurrent_requests_per_caller`` of them for one caller (RESOURCE_EXHAUSTED beyond

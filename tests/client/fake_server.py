@@ -53,6 +53,7 @@ class WorkStream:
     metadata: dict[str, Any]
     register: pb.Register | None = None
     received: list[pb.WorkerMessage] = field(default_factory=list)
+    batches: list[pb.WorkerBatch] = field(default_factory=list)
     outbox: asyncio.Queue[pb.ServerMessage | None] = field(default_factory=asyncio.Queue)
     half_closed: asyncio.Event = field(default_factory=asyncio.Event)
     ended: asyncio.Event = field(default_factory=asyncio.Event)
@@ -80,12 +81,12 @@ class FakeCronoq:
         self.granted_slots = 0
         self.protocol_version = 3
         self.max_message_bytes = 0
+        self.batching = False
+        """Take up a worker's ``batch_bytes`` (``Registered.batching``), as a cronoq server does."""
         # Lease knobs.
         self.lease_ttl_per_lease: float | None = None
         self.auto_dispatch = True
         self.on_register: OnRegister | None = None
-        self.worker_link_port: int | None = None
-        """When set, a worker that offers to move to a worker link is told to go to this port."""
         # Tasks.
         self.tasks: dict[int, TaskRec] = {}
         self.by_key: dict[str, int] = {}
@@ -244,14 +245,12 @@ class FakeCronoq:
                 return
             assert first.WhichOneof("msg") == "register", first
             stream.register = first.register
-            if self.worker_link_port is not None and stream.metadata.get("cronoq-worker-link") == "1":
-                await context.send_initial_metadata((("cronoq-worker-link", str(self.worker_link_port)),))
-                return
             if self.on_register is not None:
                 await self.on_register(stream, context)
             registered = pb.Registered(worker_id=len(self.streams), slots=self.granted_slots,
                                        protocol_version=self.protocol_version,
-                                       max_message_bytes=self.max_message_bytes)  # fmt: skip
+                                       max_message_bytes=self.max_message_bytes,
+                                       batching=self.batching and stream.register.batch_bytes > 0)  # fmt: skip
             if self.lease_ttl_s is not None:
                 registered.lease_ttl_s = self.lease_ttl_s
             await context.write(pb.ServerMessage(registered=registered))
@@ -287,19 +286,31 @@ class FakeCronoq:
                 stream.half_closed.set()
                 return
             stream.received.append(message)
-            kind = message.WhichOneof("msg")
-            if kind == "complete":
-                tid = self.leases.get(message.complete.lease)
-                if tid is not None:
-                    self.settle(tid, pb.TASK_STATUS_SUCCEEDED, message.complete.output)
-            elif kind == "fail" and message.fail.permanent:
-                tid = self.leases.get(message.fail.lease)
-                if tid is not None:
-                    self.settle(tid, pb.TASK_STATUS_FAILED, None, message.fail.message)
-            elif kind == "cancelled":
-                tid = self.leases.get(message.cancelled.lease)
-                if tid is not None:
-                    self.settle(tid, pb.TASK_STATUS_CANCELLED)
+            if message.WhichOneof("msg") == "batch":
+                stream.batches.append(message.batch)
+                for done in message.batch.completes:
+                    self._report(pb.WorkerMessage(complete=done))
+                for fail in message.batch.fails:
+                    self._report(pb.WorkerMessage(fail=fail))
+                for cancelled in message.batch.cancelled:
+                    self._report(pb.WorkerMessage(cancelled=cancelled))
+            else:
+                self._report(message)
+
+    def _report(self, message: pb.WorkerMessage) -> None:
+        kind = message.WhichOneof("msg")
+        if kind == "complete":
+            tid = self.leases.get(message.complete.lease)
+            if tid is not None:
+                self.settle(tid, pb.TASK_STATUS_SUCCEEDED, message.complete.output)
+        elif kind == "fail" and message.fail.permanent:
+            tid = self.leases.get(message.fail.lease)
+            if tid is not None:
+                self.settle(tid, pb.TASK_STATUS_FAILED, None, message.fail.message)
+        elif kind == "cancelled":
+            tid = self.leases.get(message.cancelled.lease)
+            if tid is not None:
+                self.settle(tid, pb.TASK_STATUS_CANCELLED)
 
     def lease_for(self, task_id: int, pool: str) -> pb.Lease:
         rec = self.tasks[task_id]

@@ -31,8 +31,9 @@ async def test_register_lease_complete_and_submit_wait(fake: FakeCronoq, start_w
     assert worker.connections == 1
 
     stream = fake.streams[0]
+    # batch_bytes: the Worker takes batched leases up to its channel's receive limit (gRPC's default).
     assert stream.register == pb.Register(pool="llm", slots=4, worker_name="w1", protocol_version=3,
-                                          labels={"gpu": "a100"})  # fmt: skip
+                                          labels={"gpu": "a100"}, batch_bytes=4 * 1024 * 1024)  # fmt: skip
     assert stream.metadata["authorization"] == f"Bearer {TOKEN}"
 
     async with Client(fake.address, token=CLIENT_TOKEN) as client:

@@ -270,22 +270,6 @@ def test_run_again_on_another_loop() -> None:
     assert worker.connections == 2
 
 
-async def test_a_worker_link_that_cannot_be_reached_leaves_the_worker_on_grpc(
-    fake: FakeCronoq, start_worker: Any
-) -> None:
-    fake.worker_link_port = dead_port()
-    running = start_worker(fake.address, ok, backoff=(0.01, 1.0))
-    await running.worker.wait_registered(timeout=10)
-    assert fake.streams[0].metadata.get("cronoq-worker-link") == "1"  # offered, and was sent away
-    registered = fake.streams[-1]
-    assert registered.register is not None and "cronoq-worker-link" not in registered.metadata  # no offer again
-    assert running.worker.connections == 1
-    await running.stop()
-
-
-async def test_a_worker_with_links_off_never_offers(fake: FakeCronoq, start_worker: Any) -> None:
-    fake.worker_link_port = dead_port()
-    running = start_worker(fake.address, ok, link=False)
-    await running.worker.wait_registered(timeout=10)
-    assert len(fake.streams) == 1 and "cronoq-worker-link" not in fake.streams[0].metadata
-    await running.stop()
+def test_the_link_argument_of_earlier_versions_is_ignored_with_a_warning() -> None:
+    with pytest.warns(DeprecationWarning, match="link"):
+        Worker("127.0.0.1:1", "default", ok, link=False)

@@ -56,7 +56,7 @@ async def test_demo_flow_forwards_redirects_and_merges(tmp_path: Path) -> None:
         assert by_pool["default"].succeeded == 10
     text = describe(report, cluster)
     assert "results:   50 succeeded" in text
-    # Both workers moved to worker links, and s1 forwarded to s2 over a peer link.
-    assert sum(report.worker_links.values()) == 2 and report.peer_links == ["s1 -> s2"]
-    assert "links:     forwarding over peer links s1 -> s2" in text
+    # Both workers batch, and s1 forwarded to s2 over its Forward stream.
+    assert sum(report.batching_workers.values()) == 2 and report.forward_streams == ["s1 -> s2"]
+    assert "transport: gRPC only; Forward streams s1 -> s2" in text
     assert not any(pid is not None and pid_alive(pid) for pid in pids)

@@ -322,8 +322,11 @@ WRONG_TYPES = [
     ("[[pools]]\nname = 'a'\nretry = 3\n", "pools[0].retry", "expected a table"),
     ("[[auth.tokens]]\ntoken_env = 'CLIENT_TOKEN'\nrole = 'root'\n", "auth.tokens[0].role", "expected one of client"),
     ("[[auth.tokens]]\ntoken_env = 'CLIENT_TOKEN'\nrole = 'client'\npools = 'a'\n", "auth.tokens[0].pools", "array"),
-    ("[[auth.tokens]]\ntoken_env = 'CLIENT_TOKEN'\nrole = 'client'\npools = [1]\n", "auth.tokens[0].pools[0]",
-     "expected a string"),
+    (
+        "[[auth.tokens]]\ntoken_env = 'CLIENT_TOKEN'\nrole = 'client'\npools = [1]\n",
+        "auth.tokens[0].pools[0]",
+        "expected a string",
+    ),
     ("[store]\nkind = 'redis'\n", "store.kind", "expected one of memory, sqlite, postgres"),
     ("[[resources]]\nkind = 'mutex'\nname = 'r'\n", "resources[0].kind", "expected one of semaphore, token_bucket"),
     ("[[pools]]\nname = 'a'\nscaler = { kind = 'keda' }\n", "pools[0].scaler.kind", "expected one of external"),
@@ -441,3 +444,13 @@ def test_durations_accept_integers_and_floats() -> None:
     config = assert_loads("[server]\nshutdown_grace_s = 3\n[limits]\nmax_wait_s = 1.5\n", env={})
     assert config.server.shutdown_grace_s == 3.0 and isinstance(config.server.shutdown_grace_s, float)
     assert config.limits.max_wait_s == 1.5
+
+
+def test_the_retired_links_key_still_loads_with_a_warning() -> None:
+    config = assert_loads("[server]\nlinks = false\n")
+    assert config.server.retired_keys == ("links",)
+    assert config.warnings == [
+        "server.links: no longer used: workers and shards now batch their traffic over gRPC on the gRPC port; remove it"
+    ]
+    assert "links" not in config.to_toml()
+    assert_problem('[server]\nlinks = "no"\n', "server.links", "expected a boolean")

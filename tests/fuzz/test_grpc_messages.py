@@ -78,6 +78,20 @@ SEEDS: dict[str, list[bytes]] = {
             pb.WorkerMessage(heartbeat=pb.Heartbeat(lease=7)),
             pb.WorkerMessage(complete=pb.Complete(lease=7, output=b"x", content_type="text/plain")),
         ],
+        "Forward": [
+            pb.ForwardRequest(
+                calls=[
+                    pb.ForwardedCall(
+                        id=1,
+                        method="/cronoq.v1.Tasks/Submit",
+                        request=pb.SubmitRequest(task=TASK).SerializeToString(),
+                        authorization=f"Bearer {ADMIN_TOKEN}",
+                        timeout_s=1.0,
+                    ),
+                    pb.ForwardedCall(id=2, cancel=True),
+                ]
+            )
+        ],
     }.items()
 }
 """Valid messages of each method, to mutate."""

@@ -1,4 +1,6 @@
-"""The generated descriptor matches the cronoq.v1 wire contract fact sheet, field by field.
+"""The generated descriptor matches the cronoq.v1 wire contract fact sheet, field by field, plus
+cronoq's own additions, which only add: new messages, new fields with numbers above every
+published one of their message, and an internal service.
 
 The sheet is transcribed below in a compact form:
 
@@ -7,6 +9,7 @@ The sheet is transcribed below in a compact form:
   presence; a ``map<K,V>`` type is a map field. Top-level messages appear in sheet order.
 * ``ENUMS``: value names in number order (every enum is numbered 0..n-1).
 * ``SERVICES``: ``(rpc, request, response, client_streaming, server_streaming)``.
+* ``ADDED_FIELDS`` / ``ADDED_MESSAGES`` / ``ADDED_SERVICES``: the additions, in the same forms.
 """
 
 from __future__ import annotations
@@ -265,6 +268,49 @@ ListRecurringResponse
   2 unavailable_shards string repeated
 """
 
+ADDED_FIELDS = """
+Register
+  6 batch_bytes uint64
+WorkerMessage
+  8 batch WorkerBatch oneof:msg
+Registered
+  6 batching bool
+ServerMessage
+  5 batch ServerBatch oneof:msg
+"""
+
+ADDED_MESSAGES = """
+WorkerBatch
+  1 heartbeats Heartbeat repeated
+  2 completes Complete repeated
+  3 fails Fail repeated
+  4 nacks Nack repeated
+  5 cancelled Cancelled repeated
+ServerBatch
+  1 leases Lease repeated
+  2 aborts Abort repeated
+ForwardedCall
+  1 id uint64
+  2 method string
+  3 request bytes
+  4 authorization string
+  5 timeout_s double
+  6 traceparent string
+  7 cancel bool
+ForwardedReply
+  1 id uint64
+  2 code uint32
+  3 message string
+  4 metadata map<string,string>
+  5 response bytes
+ForwardRequest
+  1 calls ForwardedCall repeated
+ForwardResponse
+  1 replies ForwardedReply repeated
+"""
+
+ADDED_SERVICES = {"Peers": [("Forward", "ForwardRequest", "ForwardResponse", True, True)]}
+
 RESERVED = {"RecurringRequest": [(5, 5)]}
 
 ENUMS = {
@@ -313,10 +359,10 @@ SCALARS = {
 }
 
 
-def _parse_messages() -> dict[str, list[dict[str, Any]]]:
+def _parse_messages(text: str = MESSAGES) -> dict[str, list[dict[str, Any]]]:
     messages: dict[str, list[dict[str, Any]]] = {}
     current: list[dict[str, Any]] | None = None
-    for line in MESSAGES.splitlines():
+    for line in text.splitlines():
         if not line.strip():
             continue
         if not line.startswith(" "):
@@ -337,6 +383,12 @@ def _parse_messages() -> dict[str, list[dict[str, Any]]]:
 
 
 SHEET = _parse_messages()
+"""The published messages."""
+ADDED = _parse_messages(ADDED_FIELDS)
+NEW = _parse_messages(ADDED_MESSAGES)
+EXPECTED = {**{name: fields + ADDED.get(name, []) for name, fields in SHEET.items()}, **NEW}
+"""Every message of the generated descriptor: the published ones with their added fields, then the new ones."""
+ALL_SERVICES = {**SERVICES, **ADDED_SERVICES}
 
 
 @pytest.fixture(scope="module")
@@ -362,19 +414,36 @@ def test_file_level_facts(fdp: descriptor_pb2.FileDescriptorProto) -> None:
 
 
 def test_counts(fdp: descriptor_pb2.FileDescriptorProto) -> None:
-    assert len(fdp.service) == 3
-    assert sum(len(s.method) for s in fdp.service) == 13
-    assert len(fdp.message_type) == 43
+    # The published contract: 3 services, 13 RPCs, 43 messages (+7 map entries), 198 fields.
     assert len(SHEET) == 43
-    assert sum(len(m.nested_type) for m in fdp.message_type) == 7
-    assert sum(len(m.field) for m in fdp.message_type) == 198
     assert sum(len(fields) for fields in SHEET.values()) == 198
+    assert sum(len(methods) for methods in SERVICES.values()) == 13
+    # The descriptor: that plus the additions (one more map entry: ForwardedReply.metadata).
+    assert len(fdp.service) == 3 + len(ADDED_SERVICES)
+    assert sum(len(s.method) for s in fdp.service) == 13 + sum(len(m) for m in ADDED_SERVICES.values())
+    assert len(fdp.message_type) == 43 + len(NEW)
+    assert sum(len(m.nested_type) for m in fdp.message_type) == 7 + 1
+    added = sum(len(fields) for fields in ADDED.values()) + sum(len(fields) for fields in NEW.values())
+    assert sum(len(m.field) for m in fdp.message_type) == 198 + added
     assert len(fdp.enum_type) == 5
     assert sum(len(e.value) for e in fdp.enum_type) == 31
 
 
 def test_message_names_in_sheet_order(fdp: descriptor_pb2.FileDescriptorProto) -> None:
-    assert [m.name for m in fdp.message_type] == list(SHEET)
+    names = [m.name for m in fdp.message_type]
+    assert [name for name in names if name in SHEET] == list(SHEET)
+    assert set(names) == set(EXPECTED)
+
+
+def test_additions_only_add() -> None:
+    """Added fields take numbers above every published field of their message, and no addition
+    reuses a published name."""
+    for name, fields in ADDED.items():
+        published = SHEET[name]
+        assert min(f["number"] for f in fields) > max(f["number"] for f in published), name
+        assert not {f["name"] for f in fields} & {f["name"] for f in published}, name
+    assert not set(NEW) & set(SHEET)
+    assert not set(ADDED_SERVICES) & set(SERVICES)
 
 
 def _entry_name(field_name: str) -> str:
@@ -390,15 +459,15 @@ def _check_type(message: descriptor_pb2.DescriptorProto, f: descriptor_pb2.Field
         assert f.type == F.TYPE_ENUM, where
         assert f.type_name == f".{PACKAGE}.{type_}", where
     else:
-        assert type_ in SHEET, f"{where}: sheet type {type_} is not a message"
+        assert type_ in EXPECTED, f"{where}: sheet type {type_} is not a message"
         assert f.type == F.TYPE_MESSAGE, where
         assert f.type_name == f".{PACKAGE}.{type_}", where
 
 
-@pytest.mark.parametrize("name", list(SHEET))
+@pytest.mark.parametrize("name", list(EXPECTED))
 def test_message_fields(fdp: descriptor_pb2.FileDescriptorProto, name: str) -> None:
     message = _messages(fdp)[name]
-    expected = SHEET[name]
+    expected = EXPECTED[name]
     assert [(f.number, f.name) for f in message.field] == [(e["number"], e["name"]) for e in expected]
     assert not message.HasField("options")
     assert [(r.start, r.end - 1) for r in message.reserved_range] == RESERVED.get(name, [])
@@ -477,7 +546,7 @@ def test_enum_set(fdp: descriptor_pb2.FileDescriptorProto) -> None:
     assert sum(len(v.split()) for v in ENUMS.values()) == 31
 
 
-@pytest.mark.parametrize("service", list(SERVICES))
+@pytest.mark.parametrize("service", list(ALL_SERVICES))
 def test_service_methods(fdp: descriptor_pb2.FileDescriptorProto, service: str) -> None:
     services = {s.name: s for s in fdp.service}
     s = services[service]
@@ -492,13 +561,13 @@ def test_service_methods(fdp: descriptor_pb2.FileDescriptorProto, service: str) 
         )
         for m in s.method
     ]
-    assert got == SERVICES[service]
+    assert got == ALL_SERVICES[service]
     for m in s.method:
         assert not m.HasField("options")
 
 
 def test_service_order(fdp: descriptor_pb2.FileDescriptorProto) -> None:
-    assert [s.name for s in fdp.service] == ["Tasks", "Workers", "Admin"]
+    assert [s.name for s in fdp.service] == ["Tasks", "Workers", "Admin", *ADDED_SERVICES]
 
 
 class _RecordingChannel:
@@ -525,8 +594,9 @@ def test_stub_method_paths_and_kinds() -> None:
     pb_grpc.TasksStub(channel)
     pb_grpc.WorkersStub(channel)
     pb_grpc.AdminStub(channel)
+    pb_grpc.PeersStub(channel)
     expected = {}
-    for service, methods in SERVICES.items():
+    for service, methods in ALL_SERVICES.items():
         for name, _req, _resp, client_stream, server_stream in methods:
             kind = f"{'stream' if client_stream else 'unary'}_{'stream' if server_stream else 'unary'}"
             expected[f"/{PACKAGE}.{service}/{name}"] = kind
@@ -534,7 +604,7 @@ def test_stub_method_paths_and_kinds() -> None:
 
 
 def test_servicer_bases_exist() -> None:
-    for service, methods in SERVICES.items():
+    for service, methods in ALL_SERVICES.items():
         servicer = getattr(pb_grpc, f"{service}Servicer")
         adder = getattr(pb_grpc, f"add_{service}Servicer_to_server")
         assert callable(adder)

@@ -18,7 +18,7 @@ from cronoq.shard.service import DataLoss, WaitTimeout
 from cronoq.client import Client, ClientError, Lease, Worker
 from cronoq.proto import cronoq_pb2 as pb
 from cronoq.proto import cronoq_pb2_grpc as pbg
-from cronoq.server import grpc_service
+from cronoq.server import work_stream
 from cronoq.server.app import Listening, ServerApp
 from cronoq.server.auth import Authenticator
 from cronoq.server.convert import core_config, recurring_spec, task_spec
@@ -58,7 +58,7 @@ lease_ttl_s = 5
 
 async def test_a_silent_work_stream_ends_with_deadline_exceeded(app: tuple[ServerApp, str],
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    monkeypatch.setattr(grpc_service, "REGISTER_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(work_stream, "REGISTER_TIMEOUT_S", 0.3)
     _, address = app
 
     async def nothing() -> AsyncIterator[pb.WorkerMessage]:

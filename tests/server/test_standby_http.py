@@ -4,18 +4,20 @@ the leader keeps its keep-alive connections."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import h2.config
 import h2.connection
 import h2.events
 import pytest
 
-from cronoq._linkwire import WORKER_PREFACE
+from cronoq.proto import cronoq_pb2_grpc as pbg
 from tests.federation.conftest import free_port
 from tests.server.harness import CLIENT_TOKEN, ServerProcess
 
@@ -44,7 +46,7 @@ shutdown_grace_s = 1
 
 [store]
 kind = "sqlite"
-path = "{tmp_path / 'state.db'}"
+path = "{tmp_path / "state.db"}"
 
 [[auth.tokens]]
 token = "{CLIENT_TOKEN}"
@@ -138,17 +140,17 @@ def test_a_leader_that_steps_down_lets_its_http_connections_go(pair: Pair) -> No
         assert _closed_within(sock, 30), "the old leader kept its HTTP connection open"
 
 
-def _link_port(server: ServerProcess) -> int:
-    return int(server.stderr().split("listening (links) port ")[1].split()[0])
-
-
-def test_a_standby_lets_link_connections_go_and_the_leader_keeps_them(pair: Pair) -> None:
-    """The link listener follows the gRPC listener's rule: a standby closes each connection about a
-    second after accepting it (a Work stream there is refused as not the leader meanwhile)."""
-    ports = {name: _link_port(server) for name, server in pair.servers.items()}
-    with socket.create_connection(("127.0.0.1", ports["standby"]), timeout=10) as standby, \
-            socket.create_connection(("127.0.0.1", ports["leader"]), timeout=10) as leader:  # fmt: skip
-        for sock in (standby, leader):
-            sock.sendall(WORKER_PREFACE)
-        assert _closed_within(standby, 5)
-        assert not _closed_within(leader, 2)
+async def test_a_standby_refuses_forward_streams_and_the_leader_opens_them(pair: Pair) -> None:
+    """Other nodes' Forward streams follow the gRPC listener's rule: a standby refuses them as it
+    refuses every call (UNAVAILABLE, not the leader), so forwarding nodes look for the leader."""
+    metadata = (("authorization", f"Bearer {CLIENT_TOKEN}"),)
+    async with grpc.aio.insecure_channel(pair.servers["standby"].address) as channel:
+        refused = pbg.PeersStub(channel).Forward(metadata=metadata)
+        with pytest.raises(grpc.aio.AioRpcError) as error:
+            await refused.read()
+        assert error.value.code() == grpc.StatusCode.UNAVAILABLE and "leader" in (error.value.details() or "")
+    async with grpc.aio.insecure_channel(pair.servers["leader"].address) as channel:
+        opened = pbg.PeersStub(channel).Forward(metadata=metadata)
+        await asyncio.wait_for(opened.initial_metadata(), 10)
+        assert not opened.done()
+        opened.cancel()

@@ -17,6 +17,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 from cronoq.config import Config
+from cronoq.shard.blob import BlobCodec
 from cronoq.stores.sqlite import SqliteStore
 
 from cronoq.client import Client
@@ -68,7 +69,9 @@ async def server(tmp_path: Path) -> AsyncIterator[tuple[Running, Path]]:
     path = tmp_path / "state.db"
     # Short store timeouts so a held write lock turns into Unavailable quickly; renewals rare,
     # so a taken-over lease is found by the next commit (fencing), not by the renewal loop.
-    store = SqliteStore(path, commit_timeout=0.3, busy_timeout=0.2, lease_ttl=60.0, lease_renew=30.0, lock_poll=0.05)
+    store = SqliteStore(
+        path, commit_timeout=0.3, busy_timeout=0.2, lease_ttl=60.0, lease_renew=30.0, lock_poll=0.05, codec=BlobCodec()
+    )
     listening: asyncio.Queue[Listening] = asyncio.Queue()
     app = ServerApp(Config.parse(CONFIG), on_listening=listening.put_nowait, store=store)
     running = asyncio.ensure_future(app.run())

@@ -24,6 +24,7 @@ import grpc
 import pytest
 from aiohttp import web
 from cronoq.config import Config
+from cronoq.shard.service import ShardService
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc as metrics_grpc
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
@@ -42,7 +43,6 @@ from cronoq.proto import cronoq_pb2 as pb
 from cronoq.proto import cronoq_pb2_grpc as pbg
 from cronoq.server import telemetry
 from cronoq.server.api import Api
-from cronoq.server.service import ServerShardService
 from tests.server.harness import CLIENT_TOKEN, TOKENS_TOML, WORKER_TOKEN
 from tests.server.http_support import HttpServerProcess
 
@@ -543,7 +543,7 @@ async def test_without_telemetry_nothing_is_wrapped(clean_otel_env: pytest.Monke
 
     assert telemetry.trace_http(handler, lambda method, path: None) is handler
     assert telemetry.grpc_interceptors() is None
-    assert telemetry.shard_service_type() is ServerShardService
+    assert telemetry.shard_service_type() is ShardService
     assert telemetry.outgoing_traceparent() is None
 
 

@@ -7,15 +7,16 @@ import asyncio
 import pytest
 from cronoq.engine import CoreConfig, PoolConfig, TaskSpec, TaskStatus, UnknownTask
 from cronoq.engine.types import NS_PER_S
-from cronoq.shard.blob import Blob
+from cronoq.shard.blob import Blob, BlobCodec
 from cronoq.shard.service import ShardService, WaitTimeout, WorkerRefused
-from cronoq.shard.workers import AbortOut, LeaseOut, ShutdownOut
+from cronoq.shard.workers import AbortOut, LeaseOut, SessionEnd, ShutdownOut
 from cronoq.stores import MemoryStore
 
 
 def service(**pool: object) -> ShardService:
-    config = CoreConfig(pools=(PoolConfig("default", lease_ttl=30 * NS_PER_S, **pool),))  # type: ignore[arg-type]
-    return ShardService(config, store=MemoryStore())
+    pool.setdefault("lease_ttl", 30 * NS_PER_S)
+    config = CoreConfig(pools=(PoolConfig("default", **pool),))  # type: ignore[arg-type]
+    return ShardService(config, store=MemoryStore(codec=BlobCodec()))
 
 
 async def next_out(session: object) -> object:
@@ -51,6 +52,26 @@ async def test_disconnect_fails_leases_as_retryable_and_another_worker_gets_the_
     svc.unregister_worker(first)
     retry = await next_out(second)
     assert isinstance(retry, LeaseOut) and retry.lease.task_id == task_id and retry.lease.attempt == 2
+    await svc.shutdown(0.1)
+
+
+async def test_a_worker_that_lets_a_lease_expire_is_disconnected_and_the_retry_goes_elsewhere() -> None:
+    retry = __import__("cronoq.engine", fromlist=["RetryPolicy"]).RetryPolicy(initial_backoff=0)
+    svc = service(retry=retry, lease_ttl=NS_PER_S // 5)
+    await svc.lead()
+    stalled = svc.register_worker("default", 2, "a", {}, 3)
+    task_id, _ = await svc.submit(TaskSpec(payload=Blob(b"x")))
+    lease = await next_out(stalled)
+    assert isinstance(lease, LeaseOut)
+    healthy = svc.register_worker("default", 1, "b", {}, 3)
+    # No heartbeat: the lease expires, its worker is told (abort) and then let go.
+    abort = await next_out(stalled)
+    assert isinstance(abort, AbortOut) and abort.lease_id == lease.lease.id and abort.reason == "lease expired"
+    assert stalled.closed and stalled.ended_by is SessionEnd.LEASE_EXPIRED
+    assert stalled.id not in svc.workers.sessions
+    again = await next_out(healthy)
+    assert isinstance(again, LeaseOut) and again.lease.task_id == task_id and again.lease.attempt == 2
+    assert healthy.ended_by is None
     await svc.shutdown(0.1)
 
 
@@ -134,7 +155,7 @@ async def test_finished_rows_are_pruned_after_keep_finished(tmp_path: object) ->
     from cronoq.shard.service import ServiceOptions
     from cronoq.stores.sqlite import SqliteStore
 
-    store = SqliteStore(Path(str(tmp_path)) / "shard.db")
+    store = SqliteStore(Path(str(tmp_path)) / "shard.db", codec=BlobCodec())
     options = ServiceOptions(driver=DriverOptions(keep_finished_s=0.0, prune_interval_s=0.05))
     config = CoreConfig(pools=(PoolConfig("default", lease_ttl=30 * NS_PER_S),))
     svc = ShardService(config, store=store, options=options)

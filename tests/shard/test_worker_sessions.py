@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from cronoq.engine import CoreConfig, PoolConfig, TaskSpec
 from cronoq.engine.types import NS_PER_S
-from cronoq.shard.blob import Blob
+from cronoq.shard.blob import Blob, BlobCodec
 from cronoq.shard.service import ShardService
 from cronoq.shard.workers import ClosedOut, LeaseOut, WorkerGone, WorkerRegistry
 from cronoq.stores import MemoryStore
@@ -15,7 +15,7 @@ from cronoq.stores import MemoryStore
 
 async def test_unregistering_wakes_a_writer_waiting_on_an_empty_queue() -> None:
     config = CoreConfig(pools=(PoolConfig("default", lease_ttl=30 * NS_PER_S),))
-    svc = ShardService(config, store=MemoryStore())
+    svc = ShardService(config, store=MemoryStore(codec=BlobCodec()))
     await svc.lead()
     session = svc.register_worker("default", 1, "w", {}, 3)
     waiting = asyncio.ensure_future(session.outbound.get())
@@ -30,7 +30,7 @@ async def test_unregistering_wakes_a_writer_waiting_on_an_empty_queue() -> None:
 
 async def test_closing_leaves_queued_messages_first_and_adds_nothing() -> None:
     config = CoreConfig(pools=(PoolConfig("default", lease_ttl=30 * NS_PER_S),))
-    svc = ShardService(config, store=MemoryStore())
+    svc = ShardService(config, store=MemoryStore(codec=BlobCodec()))
     await svc.lead()
     session = svc.register_worker("default", 1, "w", {}, 3)
     await svc.submit(TaskSpec(payload=Blob(b"x")))
@@ -54,7 +54,7 @@ def test_close_is_idempotent() -> None:
 
 async def test_a_report_frees_the_slot_of_its_own_session_only() -> None:
     config = CoreConfig(pools=(PoolConfig("default", lease_ttl=30 * NS_PER_S),))
-    svc = ShardService(config, store=MemoryStore())
+    svc = ShardService(config, store=MemoryStore(codec=BlobCodec()))
     await svc.lead()
     first = svc.register_worker("default", 1, "a", {}, 3)
     second = svc.register_worker("default", 1, "b", {}, 3)

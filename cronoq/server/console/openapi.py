@@ -6,6 +6,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from ..openapi import signed_int64_pattern
+
 __all__ = ["extend"]
 
 Schema = dict[str, Any]
@@ -26,7 +28,7 @@ def _query(name: str, description: str, schema: Schema) -> Schema:
 
 
 _BOOLEAN: Schema = {"type": "string", "enum": ["true", "false", "1", "0"]}
-_SIGNED_NS: Schema = {"type": "string", "pattern": "^-?[0-9]{1,19}$"}
+_SIGNED_NS: Schema = {"type": "string", "pattern": signed_int64_pattern()}
 
 SEARCH_PARAMETERS: list[Schema] = [
     _query("kind", "Only these kinds.", _list("kinds")),
