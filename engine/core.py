@@ -15,7 +15,7 @@ from collections import OrderedDict, deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
-from . import admission, invariants, metrics, recovery, recurring
+from . import admission, invariants, limits, metrics, recovery, recurring
 from .actions import (
     Abort,
     Action,
@@ -34,6 +34,7 @@ from .actions import (
 )
 from .config import CoreConfig, PoolConfig, UnknownDependencyPolicy
 from .ids import IdAllocator
+from .limits import MAX_DURATION, add_ns
 from .resources import ResourceTable
 from .snapshot import TOTAL_NAMES, Snapshot
 from .state import (
@@ -95,8 +96,10 @@ from .types import (
     AdmissionError,
     CancelledByExecutor,
     EdgeCond,
+    EngineFault,
     Failure,
     FixedStart,
+    InvalidRequest,
     MissPolicy,
     Outcome,
     OverflowPolicy,
@@ -934,7 +937,10 @@ class Core:
         timers = self._timers
         while timers and timers[0][0] <= now:
             _, _, kind, obj, gen = heapq.heappop(timers)
-            self._fire(kind, obj, gen, now)
+            try:
+                self._fire(kind, obj, gen, now)
+            except Exception as error:
+                raise _fault(error, obj) from error
         if self._retained:
             self._expire_retained(now)
         if self._has_resources:
@@ -989,7 +995,10 @@ class Core:
                     head.qgen += 1
                     head.where = NOWHERE
                     pool.due_live -= 1
-                    self._try_start(pool, head, now)
+                    try:
+                        self._try_start(pool, head, now)
+                    except Exception as error:
+                        raise EngineFault.wrap(error, task_id=head.id) from error
                     continue
             if idle - pool.held <= 0:
                 return
@@ -1032,7 +1041,10 @@ class Core:
             best.qgen += 1
             best.where = NOWHERE
             ready[cls] -= 1
-            self._try_start(pool, best, now)
+            try:
+                self._try_start(pool, best, now)
+            except Exception as error:
+                raise EngineFault.wrap(error, task_id=best.id) from error
 
     def _ceilings(self, edf_live: list[int]) -> list[float]:
         """For each class, the best score any task of that class or a lower one can reach."""
@@ -1178,18 +1190,21 @@ class Core:
             self.totals["stale_completions"] += 1
             return False
         task = lease.task
-        bucket = self._end_lease(lease, now, ran=True)
-        if type(outcome) is Success:
-            bucket.succeeded += 1
-            self._finish(task, _SUCCEEDED, now, None, outcome.output, True)
-        elif isinstance(outcome, Failure):
-            bucket.failed += 1
-            if outcome.permanent:
-                self._finish(task, _FAILED, now, outcome.message)
-            else:
-                self._fail_attempt(task, now, outcome.message, outcome.retry_after)
-        elif isinstance(outcome, CancelledByExecutor):
-            self._finish(task, _CANCELLED, now, outcome.message or "cancelled by the executor")
+        try:
+            bucket = self._end_lease(lease, now, ran=True)
+            if type(outcome) is Success:
+                bucket.succeeded += 1
+                self._finish(task, _SUCCEEDED, now, None, outcome.output, True)
+            elif isinstance(outcome, Failure):
+                bucket.failed += 1
+                if outcome.permanent:
+                    self._finish(task, _FAILED, now, outcome.message)
+                else:
+                    self._fail_attempt(task, now, outcome.message, outcome.retry_after)
+            elif isinstance(outcome, CancelledByExecutor):
+                self._finish(task, _CANCELLED, now, outcome.message or "cancelled by the executor")
+        except Exception as error:
+            raise EngineFault.wrap(error, task_id=task.id) from error
         return True
 
     def heartbeat(self, now: int, lease_id: int) -> bool:
@@ -1303,8 +1318,8 @@ class Core:
             if policy.jitter and delay > 0:
                 delay = int(self._rng.random() * delay)
             if retry_after is not None and retry_after > delay:
-                delay = retry_after
-            task.retry_at = now + delay
+                delay = retry_after if retry_after < MAX_DURATION else MAX_DURATION
+            task.retry_at = add_ns(now, delay)
             task.message = message
             self._move(task, _RETRYING)
             self.totals["retries"] += 1
@@ -1448,7 +1463,22 @@ class Core:
             raise UnknownTask(f"unknown task {ref!r}")
         if task.status.terminal:
             return False
-        self._finish(task, _CANCELLED, now, "cancelled")
+        try:
+            self._finish(task, _CANCELLED, now, "cancelled")
+        except Exception as error:
+            raise EngineFault.wrap(error, task_id=task.id) from error
+        return True
+
+    def dead_letter(self, now: int, task_id: int, message: str) -> bool:
+        """End a live task as DeadLettered with ``message`` (its attempt, if any, is aborted).
+
+        How a driver contains a task whose handling raised (see ``EngineFault``). False when the
+        task is unknown or already finished.
+        """
+        task = self._tasks.get(task_id)
+        if task is None or task.status.terminal:
+            return False
+        self._finish(task, _DEAD, now, message)
         return True
 
     def _lookup(self, ref: TaskRef) -> Task | None:
@@ -1469,8 +1499,8 @@ class Core:
         pool = self._pools.get(pool_name)
         if pool is None:
             raise AdmissionError(SubmitCode.UNKNOWN_POOL, f"unknown pool {pool_name!r}")
-        if capacity < 0:
-            raise ValueError("capacity must not be negative")
+        if not limits.is_int(capacity) or not 0 <= capacity <= limits.MAX_COUNT:
+            raise InvalidRequest(f"capacity must be an integer between 0 and {limits.MAX_COUNT}, not {capacity!r}")
         key: LabelKey = frozenset(labels.items())
         group = pool.groups.get(key)
         if group is None:
@@ -1646,6 +1676,11 @@ class Core:
     def list_recurring(self) -> list[RecurringInfo]:
         return recurring.infos(self)
 
+    def suspend_recurring(self, name: str) -> bool:
+        """Stop creating occurrences of a schedule whose handling raised; it is listed as invalid
+        until it is added again. False when there is no such (valid) schedule."""
+        return recurring.suspend(self, name)
+
 
 
 
@@ -1730,9 +1765,32 @@ class Core:
     # Invariants (for tests and debugging; O(tasks))
 
 
-    def restore(self, now: int, recovered: Recovered) -> None:
-        """Re-create what a durable store recovered (see ``recovery.restore``); fresh engines only."""
-        recovery.restore(self, now, recovered)
+    def restore(self, now: int, recovered: Recovered, *, dead: Mapping[int, str] | None = None,
+                suspended: Iterable[str] = ()) -> None:  # fmt: skip
+        """Re-create what a durable store recovered (see ``recovery.restore``); fresh engines only.
+
+        Tasks in ``dead`` (id -> message) come back dead-lettered and schedules in ``suspended``
+        come back invalid: how a driver leaves out what made an earlier engine fault. A task or
+        schedule that faults while it is restored raises ``EngineFault`` naming it.
+        """
+        recovery.restore(self, now, recovered, dead or {}, frozenset(suspended))
+
+    def adopt(self, old: Core, now: int) -> None:
+        """Take over the run-time state of ``old``, the engine this freshly restored one replaces:
+        worker capacities, the id floors (no task or lease id is handed out twice), the totals and
+        the dispatch and transition switches."""
+        self._ids.raise_floor(old._ids.high_water)
+        self._lease_ids.raise_floor(old._lease_ids.high_water)
+        for name, count in old.totals.items():
+            self.totals[name] = self.totals.get(name, 0) + count
+        for old_pool in old._pool_list:
+            if old_pool.name not in self._pools:
+                continue
+            for group in old_pool.groups.values():
+                if group.capacity:
+                    self.set_group_capacity(now, old_pool.name, dict(group.key), group.capacity)
+        self.dispatch_enabled = old.dispatch_enabled
+        self._emit_transitions = old._emit_transitions
 
     def check_invariants(self) -> None:
         """Raise AssertionError if the engine's bookkeeping is inconsistent (tests, debugging)."""
@@ -1750,6 +1808,17 @@ class Core:
             self._mutations = []
             actions.insert(0, Persist(mutations))
         return actions
+
+
+def _fault(error: Exception, obj: object) -> EngineFault:
+    """A fault for an exception raised while a timer of ``obj`` fired, naming its task or schedule."""
+    if isinstance(obj, Task):
+        return EngineFault.wrap(error, task_id=obj.id)
+    if isinstance(obj, LeaseState):
+        return EngineFault.wrap(error, task_id=obj.task.id)
+    if isinstance(obj, Schedule):
+        return EngineFault.wrap(error, schedule=obj.spec.name)
+    return EngineFault.wrap(error)
 
 
 def _first(tasks: Iterable[Task], spare: frozenset[int]) -> Task | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import admission
+from . import admission, limits
 from .actions import DeleteRecurring, PutRecurring
 from .cron import CronSchedule, rfc3339_utc
 from .state import IN_DUE, T_RECUR, Pool, Schedule, Task
@@ -37,12 +37,7 @@ def add(core: Core, now: int, spec: RecurringSpec) -> None:
     template = spec.template
     pool = check_template(core, template)
     cron = CronSchedule.parse(spec.cron, spec.tz)
-    if "\0" in spec.name or not spec.name:
-        raise ConfigError("a schedule needs a name without NUL characters")
-    if spec.tolerance < 0:
-        raise ConfigError("tolerance must not be negative")
-    if spec.deadline_after is not None and spec.deadline_after < 0:
-        raise ConfigError("deadline_in must not be negative")
+    check_values(spec)
     schedule = Schedule(spec, cron)
     previous = core._schedules.get(spec.name)
     if previous is not None:
@@ -64,6 +59,33 @@ def remove(core: Core, now: int, name: str) -> bool:
     schedule.timer_gen += 1
     if core._persist:
         core._mutations.append(DeleteRecurring(name))
+    return True
+
+
+def check_values(spec: RecurringSpec) -> None:
+    """Raise ConfigError when the schedule's own fields (not its template) are malformed."""
+    if not spec.name or admission.text_problem("name", spec.name) is not None:
+        raise ConfigError("a schedule needs a name without NUL characters")
+    if spec.tz is not None and admission.text_problem("tz", spec.tz) is not None:
+        raise ConfigError("the time zone must be text without NUL characters")
+    if limits.is_int(spec.tolerance) and spec.tolerance < 0:
+        raise ConfigError("tolerance must not be negative")
+    problem = limits.duration_problem(spec.tolerance, "tolerance")
+    if problem is None and spec.deadline_after is not None:
+        if limits.is_int(spec.deadline_after) and spec.deadline_after < 0:
+            raise ConfigError("deadline_in must not be negative")
+        problem = limits.duration_problem(spec.deadline_after, "deadline_in")
+    if problem is not None:
+        raise ConfigError(problem)
+
+
+def suspend(core: Core, name: str) -> bool:
+    schedule = core._schedules.get(name)
+    if schedule is None or schedule.invalid:
+        return False
+    schedule.invalid = True
+    schedule.timer_gen += 1  # its armed timer no longer fires
+    core.totals["recurring_invalid"] += 1
     return True
 
 
@@ -133,7 +155,7 @@ def create_occurrence(core: Core, schedule: Schedule, now: int) -> None:
         kind=template.kind,
         priority=template.priority,
         key=key,
-        deadline=start + spec.deadline_after if spec.deadline_after is not None else None,
+        deadline=limits.add_ns(start, spec.deadline_after) if spec.deadline_after is not None else None,
         fixed_start=FixedStart(start, spec.tolerance, spec.on_miss),
         duration_hint=template.duration_hint,
         timeout=template.timeout,
@@ -163,7 +185,13 @@ def create_occurrence(core: Core, schedule: Schedule, now: int) -> None:
     if created is not None:
         schedule.last_task_id = created.id
     schedule.last_start = start
-    schedule.next_at = schedule.cron.next_after(max(start, now - 1))
+    try:
+        schedule.next_at = schedule.cron.next_after(max(start, now - 1))
+    except ConfigError:
+        # No occurrence left within the supported range: the schedule has run its course.
+        schedule.next_at = None
+        schedule.invalid = True
+        core.totals["recurring_invalid"] += 1
     persist(core, schedule)
     arm(core, schedule, pool, now)
 

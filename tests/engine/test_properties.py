@@ -13,7 +13,11 @@ model and asserts, at every step:
 * a dispatch never leaves a pool (or worker group) busier than its capacity;
 * semaphore units are never over-granted, token buckets never exceed burst + rate * elapsed;
 * every terminal parent's dependents are resolved: nothing stays blocked on finished parents,
-  and an unsatisfiable edge makes the child terminal.
+  and an unsatisfiable edge makes the child terminal;
+* extreme numbers (0, negatives, +-inf, NaN, 1e308, 2**64, the int64 and century limits) in
+  deadlines, starts, tolerances, timeouts, hints and retry policies are refused at admission
+  (code ``invalid``) exactly when they are out of range, and the ones admitted never make a later
+  step raise, however often their tasks fail and retry.
 
 Spec: book "Pipelines and DAGs" ("checked continuously by randomized simulation tests"),
 "Dependencies and keys", "Resources", "Worker labels", "Backpressure"; retries-timeouts-leases.txt.
@@ -21,6 +25,7 @@ Spec: book "Pipelines and DAGs" ("checked continuously by randomized simulation 
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -50,10 +55,11 @@ from cronoq.engine import (
     TaskStatus,
     UnknownDependencyPolicy,
 )
+from cronoq.engine.limits import MAX_COUNT, MAX_DURATION, MAX_INSTANT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from .sim import Sim, ns
+from .sim import START, Sim, ns
 
 A100 = {"gpu": "a100"}
 SEMAPHORES = {"gpu": 2}
@@ -135,7 +141,58 @@ spec_params = st.fixed_dictionaries({
     "attempts": st.one_of(st.none(), st.integers(1, 3)),
 })
 
-operation = st.one_of(
+# Numbers at and beyond every edge, for the "extreme" submissions.
+BAD_INTS = [-1, -(2**63), 2**63, 2**64, 10**30]
+EXTREME_INSTANTS = [0, 1, START, MAX_INSTANT - 1, MAX_INSTANT, *BAD_INTS]
+EXTREME_DURATIONS = [0, 1, ns(0.5), MAX_DURATION, MAX_DURATION + 1, *BAD_INTS]
+# Weighted towards what used to overflow (a power of a huge multiplier from the fourth attempt on).
+EXTREME_MULTIPLIERS = [1.0, 2.0, 10.0, 1e160, 1e200, 1e300, 1e308, 1e308, 1e308, math.inf, math.nan, 0.5, -2.0]
+EXTREME_ATTEMPTS = [1, 4, 6, 6, 8, MAX_COUNT, MAX_COUNT + 1, 0, 2**64]
+
+extreme_params = st.fixed_dictionaries({
+    "deadline": st.one_of(st.none(), st.sampled_from(EXTREME_INSTANTS)),
+    "start": st.one_of(st.none(), st.sampled_from(EXTREME_INSTANTS)),
+    "tolerance": st.sampled_from(EXTREME_DURATIONS),
+    "timeout": st.one_of(st.none(), st.sampled_from(EXTREME_DURATIONS)),
+    "hint": st.one_of(st.none(), st.sampled_from(EXTREME_DURATIONS)),
+    "retry": st.one_of(st.none(), st.tuples(st.sampled_from(EXTREME_ATTEMPTS),
+                                            st.sampled_from([0, 1, 1, ns(1), MAX_DURATION, -1, 2**64]),
+                                            st.sampled_from(EXTREME_MULTIPLIERS),
+                                            st.sampled_from([0, 1, ns(1), ns(1), MAX_DURATION, MAX_DURATION + 1, -5]),
+                                            st.booleans())),
+})  # fmt: skip
+
+
+def out_of_range(params: dict[str, object]) -> bool:
+    """Whether an extreme submission must be refused as invalid (an independent statement of the
+    documented ranges: instants in [0, 2**63), durations in [0, 100 years], timeouts positive,
+    1 <= max_attempts < 2**32, a finite multiplier of at least 1)."""
+
+    def instant(v: object) -> bool:
+        return not 0 <= v < 2**63  # type: ignore[operator]
+
+    def duration(v: object) -> bool:
+        return not 0 <= v <= MAX_DURATION  # type: ignore[operator]
+
+    if params["deadline"] is not None and instant(params["deadline"]):
+        return True
+    if params["start"] is not None and (instant(params["start"]) or duration(params["tolerance"])):
+        return True
+    timeout = params["timeout"]
+    if timeout is not None and (duration(timeout) or timeout == 0):
+        return True
+    if params["hint"] is not None and duration(params["hint"]):
+        return True
+    if params["retry"] is not None:
+        attempts, initial, multiplier, ceiling, _ = params["retry"]  # type: ignore[misc]
+        if not 1 <= attempts < 2**32 or duration(initial) or duration(ceiling):
+            return True
+        if not (math.isfinite(multiplier) and multiplier >= 1.0):
+            return True
+    return False
+
+
+BASE_OPERATIONS = (
     st.tuples(st.just("submit"), spec_params),
     st.tuples(st.just("submit"), spec_params),
     st.tuples(st.just("submit"), spec_params),
@@ -147,7 +204,17 @@ operation = st.one_of(
     st.tuples(st.just("heartbeat"), st.integers(0, 500)),
     st.tuples(st.just("capacity"), st.sampled_from(POOLS), st.booleans(), st.integers(0, 4)),
     st.tuples(st.just("advance"), st.floats(0.05, 45.0)),
+    st.tuples(st.just("hammer"), st.integers(0, 500), st.integers(1, 6)),
 )
+# Extreme submissions may legitimately wait a century (a start in 2262, a 100-year backoff), so
+# the liveness property below runs without them.
+operation = st.one_of(
+    st.tuples(st.just("submit_extreme"), spec_params, extreme_params),
+    st.tuples(st.just("submit_extreme"), spec_params, extreme_params),
+    st.tuples(st.just("submit_extreme"), spec_params, extreme_params),
+    *BASE_OPERATIONS,
+)
+live_operation = st.one_of(*BASE_OPERATIONS)
 
 
 class Harness:
@@ -298,6 +365,53 @@ class Harness:
             if spec.key is not None:
                 self._define_key(spec.key, task_id)
         self.sim.step()
+
+    def submit_extreme(self, params: dict[str, object], extreme: dict[str, object]) -> None:
+        """A submission with numbers at or beyond every edge: refused as invalid exactly when one
+        is out of range; otherwise it joins the workload like any task."""
+        spec, must_refuse = self._spec(params)
+        spec.deadline = extreme["deadline"]  # type: ignore[assignment]
+        if extreme["start"] is not None:
+            spec.fixed_start = FixedStart(extreme["start"], extreme["tolerance"], MissPolicy.RUN_LATE)  # type: ignore[arg-type]
+        spec.timeout = extreme["timeout"]  # type: ignore[assignment]
+        spec.duration_hint = extreme["hint"]  # type: ignore[assignment]
+        if extreme["retry"] is not None:
+            attempts, initial, multiplier, ceiling, jitter = extreme["retry"]  # type: ignore[misc]
+            spec.retry = RetryPolicy(attempts, initial, multiplier, ceiling, jitter)
+        invalid = out_of_range(extreme)
+        key = spec.key
+        try:
+            result = self.core.submit(self.sim.now, spec)
+        except AdmissionError as err:
+            assert (err.code is SubmitCode.INVALID) is invalid, f"{err.code}: {err.message} for {extreme}"
+            self.sim.step()
+            return
+        assert not invalid, f"admitted out-of-range values: {extreme}"
+        if key is not None and key in self.keys:
+            assert result.duplicate and result.id == self.keys[key]
+        else:
+            assert not must_refuse and not result.duplicate and result.id not in self.tasks
+            self._register(result.id, spec)
+            if key is not None:
+                self._define_key(key, result.id)
+        self.sim.step()
+
+    def hammer(self, index: int, rounds: int) -> None:
+        """Fail one running task again and again, waiting out each backoff (up to a minute)."""
+        if not self.sim.running:
+            return
+        lease_id = sorted(self.sim.running)[index % len(self.sim.running)]
+        task_id = self.sim.running[lease_id].task_id
+        for _ in range(rounds):
+            assert self.core.complete(self.sim.now, lease_id, Failure("hammered")) is True
+            self.sim.running.pop(lease_id)
+            self.held.pop(lease_id, None)
+            self.sim.step()
+            self.sim.advance(2.0)  # past the backoff of every hammered policy with a short ceiling
+            again = [lid for lid, lease in self.sim.running.items() if lease.task_id == task_id]
+            if not again:
+                return
+            lease_id = again[0]
 
     def cancel(self, index: int) -> None:
         if not self.tasks:
@@ -459,7 +573,7 @@ def test_random_workloads_keep_every_promise(ops: list[tuple[object, ...]]) -> N
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(operation, min_size=15, max_size=40))
+@given(st.lists(live_operation, min_size=15, max_size=40))
 def test_every_task_finishes_once_capacity_is_plentiful(ops: list[tuple[object, ...]]) -> None:
     """Liveness: with workers everywhere and every attempt succeeding, nothing is left waiting
     (await timeouts end the waits for keys that never appear)."""
@@ -496,3 +610,48 @@ def test_dag_outcomes_follow_edge_rules(edges: list[tuple[int, EdgeCond]], outco
         parent_status = sim.info(roots[parent_index]).status
         expected = "running" if edge_ok(cond, parent_status) else "skipped"
         assert sim.status(child) == expected
+
+
+valid_policies = st.builds(
+    RetryPolicy,
+    max_attempts=st.one_of(st.integers(1, 12), st.integers(1, MAX_COUNT)),
+    initial_backoff=st.one_of(st.sampled_from([0, 1, ns(1)]), st.integers(0, MAX_DURATION)),
+    multiplier=st.one_of(st.sampled_from([1.0, 2.0, 10.0, 1e154, 1e155, 1e308]), st.floats(1.0, 1e308)),
+    max_backoff=st.one_of(st.sampled_from([0, 1, ns(1)]), st.integers(0, MAX_DURATION)),
+    jitter=st.booleans(),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(valid_policies, st.integers(0, MAX_COUNT), st.integers(1, 8))
+def test_any_admitted_retry_policy_fails_and_retries_without_raising(policy: RetryPolicy, done: int,
+                                                                     failures: int) -> None:  # fmt: skip
+    """Whatever policy passes admission, failing its task over and over (from any attempt number,
+    as a task recovered after ``done`` attempts is) never raises and never waits past 100 years;
+    the task ends dead-lettered once its attempts are used up."""
+    from cronoq.engine import Core, CoreConfig, Recovered, RecoveredTask, TaskRecord
+
+    pool = PoolConfig("default", max_workers=1, initial_workers=1)
+    done = min(done, policy.max_attempts - 1)
+    core = Core(CoreConfig(pools=(pool,), persist=True), now=START)
+    record = TaskRecord(1 << 48 | 1, "default", TaskSpec(retry=policy), START, TaskStatus.READY, policy.max_attempts)
+    core.restore(START, Recovered(tasks=[RecoveredTask(record, TaskStatus.RETRYING, done, retry_at=START)]))
+    sim = Sim(core)
+    sim.step()
+    for _ in range(failures):
+        if not sim.running:
+            break
+        lease = next(iter(sim.running.values()))
+        sim.fail(lease, "again")
+        info = sim.info(record.id)
+        if info.status is TaskStatus.DEAD_LETTERED:
+            assert info.attempt == policy.max_attempts
+            return
+        if info.status is TaskStatus.RUNNING:
+            continue  # no backoff at all: dispatched again at once
+        assert info.status is TaskStatus.RETRYING
+        wake = core.next_wakeup()
+        assert wake is not None and sim.now <= wake <= sim.now + MAX_DURATION
+        if wake - sim.now > ns(3600):
+            return  # a long backoff: nothing more to see in a test's lifetime
+        sim.advance((wake - sim.now) / 1e9)
