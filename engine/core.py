@@ -227,6 +227,12 @@ class Core:
     def running(self) -> int:
         return self._running
 
+    @property
+    def last_id(self) -> int:
+        """The latest task id handed out (ids only grow): the tasks a call created have the ids
+        above the value read before it."""
+        return self._ids.high_water
+
     def active_leases(self) -> list[tuple[int, int]]:
         """(lease id, task id) of every running attempt."""
         return [(lease_id, state.task.id) for lease_id, state in self._leases.items()]
@@ -1472,9 +1478,11 @@ class Core:
     def dead_letter(self, now: int, task_id: int, message: str) -> bool:
         """End a live task as DeadLettered with ``message`` (its attempt, if any, is aborted).
 
-        How a driver contains a task whose handling raised (see ``EngineFault``). False when the
-        task is unknown or already finished.
+        How a driver contains a task whose handling raised (see ``EngineFault``); every pool is
+        dispatched again on the next tick, since the step that raised may have stopped half-way.
+        False when the task is unknown or already finished.
         """
+        self._dirty.update(self._pool_list)
         task = self._tasks.get(task_id)
         if task is None or task.status.terminal:
             return False

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from . import admission, limits, recurring
-from .actions import Recovered, RecoveredTask, SetStatus
+from .actions import Recovered, RecoveredTask, Resolve, SetStatus
 from .config import UnknownDependencyPolicy
 from .cron import CronSchedule
 from .state import T_AWAIT, T_RETRY, Schedule, Task, edge_satisfied
@@ -136,6 +136,7 @@ def _load(core: Core, now: int, item: RecoveredTask, dead_message: str | None) -
         problem = _unrunnable(item)
         if problem is not None:
             status, message = _DEAD, f"cannot be restored: {problem}"
+            core.totals["engine_errors"] += 1
     if status is None:
         return task
     task.status = status
@@ -146,6 +147,8 @@ def _load(core: Core, now: int, item: RecoveredTask, dead_message: str | None) -
         core.totals[status.value] += 1
     if core._persist:
         core._mutations.append(SetStatus(task.id, status, task.attempt, now, message))
+    # Whoever waits for the task (a driver rebuilding its engine keeps its waiters) learns the end.
+    core._actions.append(Resolve(task.id, task.pool.name, task.key, status, task.attempt, now, message))
     return task
 
 

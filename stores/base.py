@@ -45,6 +45,7 @@ __all__ = [
     "Store",
     "StoreError",
     "Unavailable",
+    "Unstorable",
 ]
 
 
@@ -67,6 +68,16 @@ class Fenced(StoreError):
 
 class Corrupt(StoreError):
     """A stored row cannot be decoded (recovery quarantines such rows instead of raising)."""
+
+
+class Unstorable(ValueError, TypeError):
+    """A mutation a store cannot encode (a value outside int64, text a database cannot hold, a
+    payload the codec refuses); nothing of its step was written. ``task_id`` names the task it
+    belongs to (None for a schedule). Both a ValueError and a TypeError, as the errors it wraps."""
+
+    def __init__(self, message: str, task_id: int | None = None) -> None:
+        super().__init__(message)
+        self.task_id = task_id
 
 
 class SchemaTooNew(StoreError):
@@ -211,8 +222,8 @@ class Store(Protocol):
 
         Tasks: every non-terminal task, terminal tasks finished at or after ``now - retention``,
         and terminal tasks that a non-terminal task depends on (by id, or the newest task with the
-        key), in id order. Rows that cannot be decoded are quarantined: marked Failed in the store
-        with the message ``"quarantined: <reason>"`` and returned as Failed tasks (with whatever
+        key), in id order. Rows that cannot be decoded are quarantined: marked DeadLettered in the
+        store with the message ``"quarantined: <reason>"`` and returned as such (with whatever
         of their spec could be read). Recurring rows that cannot be decoded are skipped and
         logged. ``retention`` defaults to the store's configured retention.
         """

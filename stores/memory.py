@@ -10,6 +10,7 @@ at once, and taking it fences the previous leader (its ``lost`` event is set).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,8 @@ from . import _schema as S
 from .base import DEFAULT_CODEC, Codec, Corrupt, Fenced, ShardMismatch, StoreError
 
 __all__ = ["MemoryState", "MemoryStore"]
+
+log = logging.getLogger("cronoq.stores")
 
 
 @dataclass(slots=True)
@@ -174,18 +177,20 @@ class MemoryStore:
                 keys,
             )
         for db_id, message in rec.quarantined:
+            log.error("task %d quarantined: %s", R.from_db_id(db_id), message)
             row = st.tasks[db_id]
-            row[R.T_STATUS] = "failed"
+            row[R.T_STATUS] = "dead_lettered"
             row[R.T_MESSAGE] = message
             if row[R.T_FINISHED] is None:
                 row[R.T_FINISHED] = now
             row[R.T_RETRY_AT] = None
-        result = Recovered(tasks=rec.ordered())
+        result = Recovered(tasks=rec.ordered(), quarantined=len(rec.quarantined))
         for name, rrow in sorted(st.recurring.items()):
             try:
                 result.recurring.append(R.decode_recurring(rrow, self.codec))
             except Corrupt as exc:
                 R.log_bad_recurring(name, exc)
+                result.quarantined += 1
         high = R.from_db_id(st.id_high_water) if st.id_high_water is not None else 0
         result.id_high_water = max([high, *(t.record.id for t in result.tasks)])
         return result

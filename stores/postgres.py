@@ -811,7 +811,7 @@ class PostgresStore:
                 # Their statuses leave the log too: folded later, they would overwrite the quarantine.
                 await self._pool.execute(
                     f"WITH scrub AS ({E.scrub_sql(s)})"
-                    f" UPDATE {s}.cronoq_tasks t SET status = 'failed', message = q.message,"
+                    f" UPDATE {s}.cronoq_tasks t SET status = 'dead_lettered', message = q.message,"
                     " retry_at = NULL, finished_at = COALESCE(t.finished_at, $3)"
                     " FROM unnest($1::bigint[], $2::text[]) AS q(id, message) WHERE t.id = q.id",
                     [q[0] for q in rec.quarantined],
@@ -820,12 +820,13 @@ class PostgresStore:
                 )
         except _PG_FAILURES as exc:
             raise _map_error(exc, "recovery") from exc
-        result = Recovered(tasks=rec.ordered())
+        result = Recovered(tasks=rec.ordered(), quarantined=len(rec.quarantined))
         for rrow in rec_rows:
             try:
                 result.recurring.append(R.decode_recurring(rrow, self.codec))
             except Corrupt as exc:
                 R.log_bad_recurring(rrow[0], exc)
+                result.quarantined += 1
         high_id = R.from_db_id(high) if high is not None else 0
         result.id_high_water = max([high_id, *(t.record.id for t in result.tasks)])
         return result

@@ -534,12 +534,13 @@ class SqliteStore:
             for db_id, message in rec.quarantined:
                 log.error("task %d quarantined: %s", R.from_db_id(db_id), message)
             await self._call("quarantine", self._quarantine_sync, rec.quarantined, now)
-        result = Recovered(tasks=rec.ordered())
+        result = Recovered(tasks=rec.ordered(), quarantined=len(rec.quarantined))
         for rrow in rec_rows:
             try:
                 result.recurring.append(R.decode_recurring(rrow, self.codec))
             except Corrupt as exc:
                 R.log_bad_recurring(rrow[0], exc)
+                result.quarantined += 1
         high_id = R.from_db_id(high) if high is not None else 0
         result.id_high_water = max([high_id, *(t.record.id for t in result.tasks)])
         return result
@@ -576,8 +577,8 @@ class SqliteStore:
         conn.execute("BEGIN IMMEDIATE")
         try:
             conn.executemany(
-                "UPDATE cronoq_tasks SET status = 'failed', message = ?, retry_at = NULL,"
-                " finished_at = COALESCE(finished_at, ?) WHERE id = ?",
+                "UPDATE cronoq_tasks SET status = 'dead_lettered', message = ?, retry_at = NULL,"
+                " finished_at = CASE WHEN typeof(finished_at) = 'integer' THEN finished_at ELSE ? END WHERE id = ?",
                 [(message, now, db_id) for db_id, message in bad],
             )
             conn.execute("COMMIT")
