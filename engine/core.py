@@ -1774,14 +1774,15 @@ class Core:
 
 
     def restore(self, now: int, recovered: Recovered, *, dead: Mapping[int, str] | None = None,
-                suspended: Iterable[str] = ()) -> None:  # fmt: skip
+                suspended: Iterable[str] = ()) -> list[tuple[int, str]]:  # fmt: skip
         """Re-create what a durable store recovered (see ``recovery.restore``); fresh engines only.
 
         Tasks in ``dead`` (id -> message) come back dead-lettered and schedules in ``suspended``
         come back invalid: how a driver leaves out what made an earlier engine fault. A task or
-        schedule that faults while it is restored raises ``EngineFault`` naming it.
+        schedule that faults while it is restored raises ``EngineFault`` naming it. Returns the
+        tasks restore dead-lettered because their values are out of range: ``(id, message)``.
         """
-        recovery.restore(self, now, recovered, dead or {}, frozenset(suspended))
+        return recovery.restore(self, now, recovered, dead or {}, frozenset(suspended))
 
     def adopt(self, old: Core, now: int) -> None:
         """Take over the run-time state of ``old``, the engine this freshly restored one replaces:

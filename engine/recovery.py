@@ -30,7 +30,7 @@ _SKIPPED = TaskStatus.SKIPPED
 
 
 def restore(core: Core, now: int, recovered: Recovered, dead: Mapping[int, str] | None = None,
-            suspended: frozenset[str] = frozenset()) -> None:  # fmt: skip
+            suspended: frozenset[str] = frozenset()) -> list[tuple[int, str]]:  # fmt: skip
     """Re-create the state a durable store recovered, applying the recovery rules.
 
     Tasks keep their ids, submission order and attempt counts; an attempt that was running
@@ -40,11 +40,13 @@ def restore(core: Core, now: int, recovered: Recovered, dead: Mapping[int, str] 
     A live task that cannot be restored (a value out of range, or listed in ``dead``) comes back
     dead-lettered with a message, and that status is persisted. An exception while a task or
     schedule is being restored is raised as ``EngineFault`` naming it: the caller restores again
-    on a fresh engine with that task in ``dead`` (or that schedule in ``suspended``).
+    on a fresh engine with that task in ``dead`` (or that schedule in ``suspended``). Returns the
+    tasks it dead-lettered because of their values: ``(id, message)``.
     """
     if core._tasks or core._schedules:
         raise ConfigError("restore needs a fresh engine")
     dead = dead or {}
+    rejected: list[tuple[int, str]] = []
     high = recovered.id_high_water
     live: list[tuple[Task, TaskStatus]] = []
     terminal: list[Task] = []
@@ -52,7 +54,7 @@ def restore(core: Core, now: int, recovered: Recovered, dead: Mapping[int, str] 
         record = item.record
         high = max(high, record.id)
         try:
-            task = _load(core, now, item, dead.get(record.id))
+            task = _load(core, now, item, dead.get(record.id), rejected)
         except Exception as error:
             raise EngineFault.wrap(error, task_id=record.id) from error
         if task.status.terminal:
@@ -101,9 +103,11 @@ def restore(core: Core, now: int, recovered: Recovered, dead: Mapping[int, str] 
             restore_schedule(core, schedule.spec, schedule.next_at, schedule.last_task_id, now, name in suspended)
         except Exception as error:
             raise EngineFault.wrap(error, schedule=name) from error
+    return rejected
 
 
-def _load(core: Core, now: int, item: RecoveredTask, dead_message: str | None) -> Task:
+def _load(core: Core, now: int, item: RecoveredTask, dead_message: str | None,
+          rejected: list[tuple[int, str]]) -> Task:  # fmt: skip
     """The task of one recovered row, registered by id and key; a live one that must not run again
     (its pool is gone, a value is out of range, or the caller listed it) is made terminal here."""
     record = item.record
@@ -137,6 +141,7 @@ def _load(core: Core, now: int, item: RecoveredTask, dead_message: str | None) -
         if problem is not None:
             status, message = _DEAD, f"cannot be restored: {problem}"
             core.totals["engine_errors"] += 1
+            rejected.append((task.id, message))
     if status is None:
         return task
     task.status = status

@@ -54,6 +54,9 @@ PIPELINE_MIN_MUTATIONS = 64
 # Internal errors in a row (no clean step between them) after which the driver gives up leading.
 MAX_CONSECUTIVE_FAULTS = 5
 
+# Recovered tasks dead-lettered for their values that are named one by one in the log.
+_LOGGED_REJECTS = 20
+
 
 class NotLeader(Exception):
     """This driver does not (or no longer) lead its shard: retry at the leader."""
@@ -567,7 +570,7 @@ class Driver:
         while True:
             core = Core(config, now=now)
             try:
-                core.restore(now, recovered, dead=dead, suspended=suspended)
+                rejected = core.restore(now, recovered, dead=dead, suspended=suspended)
             except EngineFault as fault:
                 faults += 1
                 self._note_fault(None, fault, "while restoring")
@@ -578,6 +581,11 @@ class Driver:
                 else:
                     raise
                 continue
+            for task_id, message in rejected[:_LOGGED_REJECTS]:
+                log.error("recovered task %d dead-lettered: %s", task_id, message)
+            if len(rejected) > _LOGGED_REJECTS:
+                log.error("%d more recovered tasks dead-lettered for values out of range",
+                          len(rejected) - _LOGGED_REJECTS)  # fmt: skip
             core.totals["engine_errors"] += faults + recovered.quarantined
             return core
 

@@ -45,6 +45,7 @@ from cronoq.engine.types import NS_PER_S
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from .extremes import examples
 from .sim import START, Sim, ns
 
 HUGE_FLOATS = [1.0, 1.0000001, 2.0, 10.0, 1e6, 1e154, 1e308, math.inf, math.nan]
@@ -61,7 +62,7 @@ def exact_backoff(policy: RetryPolicy, attempt: int) -> int:
 # Backoff
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     initial=st.integers(0, MAX_DURATION),
     ceiling=st.integers(0, MAX_DURATION),

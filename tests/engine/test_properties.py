@@ -25,7 +25,6 @@ Spec: book "Pipelines and DAGs" ("checked continuously by randomized simulation 
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -55,10 +54,11 @@ from cronoq.engine import (
     TaskStatus,
     UnknownDependencyPolicy,
 )
-from cronoq.engine.limits import MAX_COUNT, MAX_DURATION, MAX_INSTANT
+from cronoq.engine.limits import MAX_COUNT, MAX_DURATION
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from .extremes import apply_extremes, examples, extreme_params, out_of_range
 from .sim import START, Sim, ns
 
 A100 = {"gpu": "a100"}
@@ -140,57 +140,6 @@ spec_params = st.fixed_dictionaries({
     "timeout": st.one_of(st.none(), st.integers(1, 10)),
     "attempts": st.one_of(st.none(), st.integers(1, 3)),
 })
-
-# Numbers at and beyond every edge, for the "extreme" submissions.
-BAD_INTS = [-1, -(2**63), 2**63, 2**64, 10**30]
-EXTREME_INSTANTS = [0, 1, START, MAX_INSTANT - 1, MAX_INSTANT, *BAD_INTS]
-EXTREME_DURATIONS = [0, 1, ns(0.5), MAX_DURATION, MAX_DURATION + 1, *BAD_INTS]
-# Weighted towards what used to overflow (a power of a huge multiplier from the fourth attempt on).
-EXTREME_MULTIPLIERS = [1.0, 2.0, 10.0, 1e160, 1e200, 1e300, 1e308, 1e308, 1e308, math.inf, math.nan, 0.5, -2.0]
-EXTREME_ATTEMPTS = [1, 4, 6, 6, 8, MAX_COUNT, MAX_COUNT + 1, 0, 2**64]
-
-extreme_params = st.fixed_dictionaries({
-    "deadline": st.one_of(st.none(), st.sampled_from(EXTREME_INSTANTS)),
-    "start": st.one_of(st.none(), st.sampled_from(EXTREME_INSTANTS)),
-    "tolerance": st.sampled_from(EXTREME_DURATIONS),
-    "timeout": st.one_of(st.none(), st.sampled_from(EXTREME_DURATIONS)),
-    "hint": st.one_of(st.none(), st.sampled_from(EXTREME_DURATIONS)),
-    "retry": st.one_of(st.none(), st.tuples(st.sampled_from(EXTREME_ATTEMPTS),
-                                            st.sampled_from([0, 1, 1, ns(1), MAX_DURATION, -1, 2**64]),
-                                            st.sampled_from(EXTREME_MULTIPLIERS),
-                                            st.sampled_from([0, 1, ns(1), ns(1), MAX_DURATION, MAX_DURATION + 1, -5]),
-                                            st.booleans())),
-})  # fmt: skip
-
-
-def out_of_range(params: dict[str, object]) -> bool:
-    """Whether an extreme submission must be refused as invalid (an independent statement of the
-    documented ranges: instants in [0, 2**63), durations in [0, 100 years], timeouts positive,
-    1 <= max_attempts < 2**32, a finite multiplier of at least 1)."""
-
-    def instant(v: object) -> bool:
-        return not 0 <= v < 2**63  # type: ignore[operator]
-
-    def duration(v: object) -> bool:
-        return not 0 <= v <= MAX_DURATION  # type: ignore[operator]
-
-    if params["deadline"] is not None and instant(params["deadline"]):
-        return True
-    if params["start"] is not None and (instant(params["start"]) or duration(params["tolerance"])):
-        return True
-    timeout = params["timeout"]
-    if timeout is not None and (duration(timeout) or timeout == 0):
-        return True
-    if params["hint"] is not None and duration(params["hint"]):
-        return True
-    if params["retry"] is not None:
-        attempts, initial, multiplier, ceiling, _ = params["retry"]  # type: ignore[misc]
-        if not 1 <= attempts < 2**32 or duration(initial) or duration(ceiling):
-            return True
-        if not (math.isfinite(multiplier) and multiplier >= 1.0):
-            return True
-    return False
-
 
 BASE_OPERATIONS = (
     st.tuples(st.just("submit"), spec_params),
@@ -370,14 +319,7 @@ class Harness:
         """A submission with numbers at or beyond every edge: refused as invalid exactly when one
         is out of range; otherwise it joins the workload like any task."""
         spec, must_refuse = self._spec(params)
-        spec.deadline = extreme["deadline"]  # type: ignore[assignment]
-        if extreme["start"] is not None:
-            spec.fixed_start = FixedStart(extreme["start"], extreme["tolerance"], MissPolicy.RUN_LATE)  # type: ignore[arg-type]
-        spec.timeout = extreme["timeout"]  # type: ignore[assignment]
-        spec.duration_hint = extreme["hint"]  # type: ignore[assignment]
-        if extreme["retry"] is not None:
-            attempts, initial, multiplier, ceiling, jitter = extreme["retry"]  # type: ignore[misc]
-            spec.retry = RetryPolicy(attempts, initial, multiplier, ceiling, jitter)
+        apply_extremes(spec, extreme)
         invalid = out_of_range(extreme)
         key = spec.key
         try:
@@ -564,7 +506,7 @@ class Harness:
             self.sim.advance(20)
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(operation, min_size=20, max_size=60))
 def test_random_workloads_keep_every_promise(ops: list[tuple[object, ...]]) -> None:
     harness = Harness()
@@ -622,7 +564,7 @@ valid_policies = st.builds(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(valid_policies, st.integers(0, MAX_COUNT), st.integers(1, 8))
 def test_any_admitted_retry_policy_fails_and_retries_without_raising(policy: RetryPolicy, done: int,
                                                                      failures: int) -> None:  # fmt: skip
