@@ -490,7 +490,7 @@ class Task:
         if _all_absent(
             priority, pool, kind, key, deadline_in, deadline_at, start_in, start_at, tolerance, on_miss,
             duration_hint, timeout, retry, after, deps, resources, tags, labels, tenant,
-        ):
+        ):  # fmt: skip
             # The common case (a bare payload): skip building and filtering the options dict.
             self._options = _NO_OPTIONS
             return
@@ -500,7 +500,7 @@ class Task:
             "on_miss": on_miss, "duration_hint": duration_hint, "timeout": timeout, "retry": retry,
             "after": after, "deps": deps, "resources": resources, "tags": tags, "labels": labels,
             "tenant": tenant,
-        }
+        }  # fmt: skip
         self._options = {name: value for name, value in options.items() if value is not None}
         # Built once (relative times from 0) to refuse bad options now; ``to_spec`` shifts a copy.
         spec = build_spec(payload, 0, trace=False, **self._options)
@@ -626,13 +626,13 @@ def build_spec(
     if _all_absent(
         priority, pool, kind, key, deadline_in, deadline_at, start_in, start_at, tolerance, on_miss,
         duration_hint, timeout, retry, after, deps, resources, tags, labels, tenant,
-    ):
+    ):  # fmt: skip
         return plain_spec(payload, trace)
     try:
         spec = _build_spec(
             payload, now, priority, pool, kind, key, deadline_in, deadline_at, start_in, start_at, tolerance,
             on_miss, duration_hint, timeout, retry, after, deps, resources, tags, labels, tenant,
-        )
+        )  # fmt: skip
     except InvalidTaskOption:
         raise
     except ValueError as err:

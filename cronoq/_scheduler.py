@@ -482,8 +482,7 @@ class Scheduler:
         """Whether the scheduler is running (started, and neither shut down nor orphaned)."""
         driver = self._driver
         loop = self._loop
-        return (driver is not None and driver.leading and not self._closing and loop is not None
-                and not loop.is_closed())
+        return driver is not None and driver.leading and not self._closing and loop is not None and not loop.is_closed()
 
     @property
     def pools(self) -> list[str]:
@@ -688,7 +687,7 @@ class Scheduler:
             deadline_at=deadline_at, start_in=start_in, start_at=start_at, tolerance=tolerance, on_miss=on_miss,
             duration_hint=duration_hint, timeout=timeout, retry=retry, after=after, deps=deps, resources=resources,
             tags=tags, labels=labels, tenant=tenant, trace=self._tracing,
-        )
+        )  # fmt: skip
         spec.payload = stored
         assert loop is not None
         future: asyncio.Future[Any] = loop.create_future()
@@ -732,7 +731,7 @@ class Scheduler:
             deadline_at=deadline_at, start_in=start_in, start_at=start_at, tolerance=tolerance, on_miss=on_miss,
             duration_hint=duration_hint, timeout=timeout, retry=retry, after=after, deps=deps, resources=resources,
             tags=tags, labels=labels, tenant=tenant, trace=self._tracing,
-        )
+        )  # fmt: skip
         spec.payload = stored
         result: int = await self._admit(lambda core, now: core.submit(now, spec).id)
         return result
@@ -1024,8 +1023,7 @@ class Scheduler:
             try:
                 output = _Encoded(output, self._encode(output))
             except Exception as err:
-                log.warning("the result of task %d cannot be stored (%s); it is not kept across restarts",
-                            ctx.id, err)
+                log.warning("the result of task %d cannot be stored (%s); it is not kept across restarts", ctx.id, err)
                 output = _Unstored(output)
         self._report(lease_id, Success(output))
 
@@ -1097,8 +1095,10 @@ class Scheduler:
                         if succeeded:
                             future.set_result(output)
                         else:
-                            _fail(future, TaskFailed(result.status.value, result.message or result.status.value,
-                                                     result.id))
+                            _fail(
+                                future,
+                                TaskFailed(result.status.value, result.message or result.status.value, result.id),
+                            )
             if streams:
                 event = _public_event(result)
                 for stream in streams:

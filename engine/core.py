@@ -708,9 +708,7 @@ class Core:
         task.status = _BLOCKED if blocked else _READY
         pool.counts[STATUS_INDEX[task.status._value_]][cls] += 1
         if self._persist:
-            self._mutations.append(
-                PutTask(TaskRecord(task.id, pool.name, spec, now, task.status, task.max_attempts))
-            )
+            self._mutations.append(PutTask(TaskRecord(task.id, pool.name, spec, now, task.status, task.max_attempts)))
         if task.fixed is not None:
             self._arm_fixed(task, now)
         if task.awaiting is not None and pool.config.await_timeout is not None:
@@ -1020,8 +1018,9 @@ class Core:
                 if task is not None:
                     waited = now - task.submitted_at
                     score = base[cls] + min(aging[cls] * waited, age_cap[cls])
-                    if score > best_score or (score == best_score and best is not None and task.seq < best.seq
-                                              and cls == best.cls):
+                    if score > best_score or (
+                        score == best_score and best is not None and task.seq < best.seq and cls == best.cls
+                    ):
                         best, best_score, best_lane = task, score, 0
                 if edf_live[cls]:
                     task = edf[cls].peek()
@@ -1396,9 +1395,7 @@ class Core:
         if task.awaiting is not None:
             self._forget_awaits(task)
         if self._persist:
-            self._mutations.append(
-                SetStatus(task.id, status, task.attempt, now, message, None, output, has_output)
-            )
+            self._mutations.append(SetStatus(task.id, status, task.attempt, now, message, None, output, has_output))
         self._actions.append(
             Resolve(task.id, pool.name, task.key, status, task.attempt, now, message, output, has_output)
         )
@@ -1689,13 +1686,6 @@ class Core:
         until it is added again. False when there is no such (valid) schedule."""
         return recurring.suspend(self, name)
 
-
-
-
-
-
-
-
     # ------------------------------------------------------------------------------------------
     # Reads
 
@@ -1763,15 +1753,11 @@ class Core:
             pools.append(metrics.pool_snapshot(self, pool, now))
         return Snapshot(pools, self.live_tasks, self._running, self._pending, dict(self.totals))
 
-
     # ------------------------------------------------------------------------------------------
     # Recovery
 
-
-
     # ------------------------------------------------------------------------------------------
     # Invariants (for tests and debugging; O(tasks))
-
 
     def restore(self, now: int, recovered: Recovered, *, dead: Mapping[int, str] | None = None,
                 suspended: Iterable[str] = ()) -> list[tuple[int, str]]:  # fmt: skip

@@ -284,9 +284,7 @@ def _load_zone(tz: object) -> ZoneInfo:
     try:
         return ZoneInfo(tz)
     except (ZoneInfoNotFoundError, ValueError, OSError):
-        raise ConfigError(
-            f"unknown time zone {tz!r}: expected an IANA name such as 'Europe/Lisbon'"
-        ) from None
+        raise ConfigError(f"unknown time zone {tz!r}: expected an IANA name such as 'Europe/Lisbon'") from None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -113,8 +113,7 @@ def arm(core: Core, schedule: Schedule, pool: Pool, now: int) -> None:
     if schedule.next_at is None:
         return
     spec = schedule.spec
-    fake = Task(0, pool, TaskSpec(fixed_start=FixedStart(schedule.next_at, spec.tolerance)), now,
-                pool.config.retry)
+    fake = Task(0, pool, TaskSpec(fixed_start=FixedStart(schedule.next_at, spec.tolerance)), now, pool.config.retry)
     lead = min(core._hold_lead(pool, fake, now) + spec.tolerance, pool.config.max_hold)
     create_at = schedule.next_at - lead
     if schedule.last_start is not None:

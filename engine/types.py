@@ -56,9 +56,7 @@ class Priority(enum.IntEnum):
             try:
                 return cls[value.strip().upper()]
             except KeyError:
-                raise ValueError(
-                    f"invalid priority {value!r}: expected critical, high, normal or low"
-                ) from None
+                raise ValueError(f"invalid priority {value!r}: expected critical, high, normal or low") from None
         raise ValueError(f"invalid priority {value!r}")
 
 
@@ -99,9 +97,7 @@ TERMINAL_STATUSES: Final = frozenset(
 TERMINAL_VALUES: Final = frozenset(status.value for status in TERMINAL_STATUSES)
 
 # Statuses in which a task counts as pending for backpressure bounds.
-PENDING_STATUSES: Final = frozenset(
-    {TaskStatus.BLOCKED, TaskStatus.SCHEDULED, TaskStatus.READY, TaskStatus.RETRYING}
-)
+PENDING_STATUSES: Final = frozenset({TaskStatus.BLOCKED, TaskStatus.SCHEDULED, TaskStatus.READY, TaskStatus.RETRYING})
 
 
 class MissPolicy(enum.Enum):
@@ -134,9 +130,7 @@ class EdgeCond(enum.Enum):
         try:
             return cls(name)
         except ValueError:
-            raise ValueError(
-                f"invalid dependency condition {value!r}: expected success, failure or complete"
-            ) from None
+            raise ValueError(f"invalid dependency condition {value!r}: expected success, failure or complete") from None
 
 
 class OverflowPolicy(enum.Enum):

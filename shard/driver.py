@@ -10,6 +10,7 @@ per engine task; executors are the sink's business.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import enum
 import gc
@@ -479,8 +480,12 @@ class Driver:
         batch = self._queue
         self._queue = []
         done: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
+        # The last task id before each command: the tasks a command created have the ids above
+        # its mark (and up to the next one).
+        marks: list[int] = []
         for index, (command, future) in enumerate(batch):
             last_id = core.last_id
+            marks.append(last_id)
             try:
                 result = command(core, now)
             except EngineError as refused:  # the caller's error; the engine is unchanged
@@ -501,7 +506,7 @@ class Driver:
                 core.tick(now)
                 break
             except Exception as error:
-                self._fault(core, now, error, batch, None)
+                self._fault(core, now, error, batch, _creator(error, marks, core.last_id))
         else:
             raise _Fatal("repeated internal errors in the engine")
         self._consecutive_faults = 0
@@ -767,6 +772,15 @@ class _Rebuild(Exception):
         super().__init__(str(error))
         self.error = error
         self.requeue = requeue
+
+
+def _creator(error: Exception, marks: list[int], last_id: int) -> int | None:
+    """The index of the step's command that created the task a fault names (it was never
+    stored, so that command is the one to refuse), or None."""
+    task_id = error.task_id if isinstance(error, EngineFault) else None
+    if task_id is None or not marks or task_id <= marks[0] or task_id > last_id:
+        return None
+    return bisect.bisect_left(marks, task_id) - 1
 
 
 def _names_culprit(error: Exception) -> bool:

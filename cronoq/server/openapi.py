@@ -18,7 +18,7 @@ __all__ = ["document"]
 Schema = dict[str, Any]
 
 _UINT64_MAX = 2**64 - 1
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_INT64_MAX = 2**63 - 1
 
 
 def _names(enum: Any, prefix: str) -> list[str]:
@@ -74,10 +74,10 @@ def _schemas(limits: LimitsConfig) -> dict[str, Schema]:
         ],
     }
     unix_ns_in: Schema = {
-        "description": "Unix nanoseconds: a decimal string or a JSON integer.",
+        "description": "Unix nanoseconds, not before the epoch: a decimal string or a JSON integer.",
         "oneOf": [
-            {"type": "string", "pattern": "^-?[0-9]{1,19}$"},
-            {"type": "integer", "minimum": _INT64_MIN, "maximum": _INT64_MAX},
+            {"type": "string", "pattern": "^[0-9]{1,19}$"},
+            {"type": "integer", "minimum": 0, "maximum": _INT64_MAX},
         ],
     }
     text: Schema = {"type": "string", "description": "Must not contain NUL characters."}

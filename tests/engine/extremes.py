@@ -28,6 +28,7 @@ def examples(short: int) -> int:
     """The example count of a property test that tries ``short`` examples in ``make test``."""
     return short * _SCALE
 
+
 # Numbers at and beyond every edge, for the "extreme" submissions.
 BAD_INTS = [-1, -(2**63), 2**63, 2**64, 10**30]
 EXTREME_INSTANTS = [0, 1, START, MAX_INSTANT - 1, MAX_INSTANT, *BAD_INTS]

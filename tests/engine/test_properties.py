@@ -64,8 +64,19 @@ from .sim import START, Sim, ns
 A100 = {"gpu": "a100"}
 SEMAPHORES = {"gpu": 2}
 BUCKET = ("api", 1.0, 2)  # name, rate per second, burst
-RESOURCE_CHOICES: list[dict[str, int]] = [{}, {}, {}, {}, {}, {"gpu": 1}, {"gpu": 1}, {"gpu": 2}, {"api": 1},
-                                          {"gpu": 1, "api": 1}, {"gpu": 3}]
+RESOURCE_CHOICES: list[dict[str, int]] = [
+    {},
+    {},
+    {},
+    {},
+    {},
+    {"gpu": 1},
+    {"gpu": 1},
+    {"gpu": 2},
+    {"api": 1},
+    {"gpu": 1, "api": 1},
+    {"gpu": 3},
+]
 POOLS = ("main", "fair")
 TENANTS = (None, "a", "b", "c")
 CONDS = (EdgeCond.ON_SUCCESS, EdgeCond.ON_SUCCESS, EdgeCond.ON_FAILURE, EdgeCond.ON_COMPLETE)
@@ -74,16 +85,23 @@ BOGUS_ID = 7
 
 def pools() -> tuple[PoolConfig, PoolConfig]:
     main = PoolConfig(
-        "main", max_workers=8, initial_workers=1,
+        "main",
+        max_workers=8,
+        initial_workers=1,
         retry=RetryPolicy(max_attempts=3, initial_backoff=ns(1), max_backoff=ns(8)),
         bounds=Bounds(max_pending=5, per_class=(None, None, None, 3)),
         overflow=OverflowPolicy.SHED_LOWEST,
     )
     fair = PoolConfig(
-        "fair", max_workers=8, initial_workers=2, lease_ttl=ns(5),
+        "fair",
+        max_workers=8,
+        initial_workers=2,
+        lease_ttl=ns(5),
         retry=RetryPolicy(max_attempts=2, initial_backoff=ns(2), jitter=False),
-        bounds=Bounds(max_pending=6), overflow=OverflowPolicy.WAIT,
-        unknown_dependency=UnknownDependencyPolicy.AWAIT, await_timeout=ns(20),
+        bounds=Bounds(max_pending=6),
+        overflow=OverflowPolicy.WAIT,
+        unknown_dependency=UnknownDependencyPolicy.AWAIT,
+        await_timeout=ns(20),
         fairness=Fairness({"a": 3.0, "b": 1.0}),
     )
     return main, fair
@@ -123,23 +141,26 @@ class Model:
 # Operations
 
 
-dep_ref = st.tuples(st.sampled_from(["id", "id", "id", "key", "key", "key", "bogus"]), st.integers(0, 200),
-                    st.sampled_from(CONDS))
+dep_ref = st.tuples(
+    st.sampled_from(["id", "id", "id", "key", "key", "key", "bogus"]), st.integers(0, 200), st.sampled_from(CONDS)
+)
 
-spec_params = st.fixed_dictionaries({
-    "pool": st.sampled_from(POOLS),
-    "priority": st.sampled_from(list(Priority)),
-    "key": st.one_of(st.none(), st.integers(0, 11)),
-    "deadline": st.one_of(st.none(), st.integers(1, 30)),
-    "fixed": st.one_of(st.none(), st.none(), st.integers(1, 30)),
-    "on_miss": st.sampled_from(list(MissPolicy)),
-    "deps": st.one_of(st.just([]), st.lists(dep_ref, max_size=3)),
-    "resources": st.integers(0, len(RESOURCE_CHOICES) - 1),
-    "labels": st.booleans().map(lambda b: A100 if b else {}),
-    "tenant": st.sampled_from(TENANTS),
-    "timeout": st.one_of(st.none(), st.integers(1, 10)),
-    "attempts": st.one_of(st.none(), st.integers(1, 3)),
-})
+spec_params = st.fixed_dictionaries(
+    {
+        "pool": st.sampled_from(POOLS),
+        "priority": st.sampled_from(list(Priority)),
+        "key": st.one_of(st.none(), st.integers(0, 11)),
+        "deadline": st.one_of(st.none(), st.integers(1, 30)),
+        "fixed": st.one_of(st.none(), st.none(), st.integers(1, 30)),
+        "on_miss": st.sampled_from(list(MissPolicy)),
+        "deps": st.one_of(st.just([]), st.lists(dep_ref, max_size=3)),
+        "resources": st.integers(0, len(RESOURCE_CHOICES) - 1),
+        "labels": st.booleans().map(lambda b: A100 if b else {}),
+        "tenant": st.sampled_from(TENANTS),
+        "timeout": st.one_of(st.none(), st.integers(1, 10)),
+        "attempts": st.one_of(st.none(), st.integers(1, 3)),
+    }
+)
 
 BASE_OPERATIONS = (
     st.tuples(st.just("submit"), spec_params),
@@ -147,8 +168,11 @@ BASE_OPERATIONS = (
     st.tuples(st.just("submit"), spec_params),
     st.tuples(st.just("batch"), st.lists(spec_params, min_size=1, max_size=4)),
     st.tuples(st.just("cancel"), st.integers(0, 500)),
-    st.tuples(st.just("complete"), st.integers(0, 500),
-              st.sampled_from(["success", "success", "retry", "retry_after", "permanent", "cancel"])),
+    st.tuples(
+        st.just("complete"),
+        st.integers(0, 500),
+        st.sampled_from(["success", "success", "retry", "retry_after", "permanent", "cancel"]),
+    ),
     st.tuples(st.just("stale"), st.integers(0, 500)),
     st.tuples(st.just("heartbeat"), st.integers(0, 500)),
     st.tuples(st.just("capacity"), st.sampled_from(POOLS), st.booleans(), st.integers(0, 4)),
@@ -170,9 +194,9 @@ class Harness:
     def __init__(self) -> None:
         main, fair = pools()
         self.sim = CheckedSim.make(
-            main, fair,
-            resources=[ResourceConfig.semaphore("gpu", SEMAPHORES["gpu"]),
-                       ResourceConfig.token_bucket(*BUCKET)],
+            main,
+            fair,
+            resources=[ResourceConfig.semaphore("gpu", SEMAPHORES["gpu"]), ResourceConfig.token_bucket(*BUCKET)],
             retention=ns(100 * 3600),
             seed=3,
         )
@@ -220,11 +244,15 @@ class Harness:
             priority=params["priority"],  # type: ignore[arg-type]
             key=f"k{params['key']}" if params["key"] is not None else None,
             deadline=now + ns(params["deadline"]) if params["deadline"] is not None else None,  # type: ignore[arg-type]
-            fixed_start=(FixedStart(now + ns(fixed), ns(1), params["on_miss"])  # type: ignore[arg-type]
-                         if fixed is not None else None),
+            fixed_start=(
+                FixedStart(now + ns(fixed), ns(1), params["on_miss"])  # type: ignore[arg-type]
+                if fixed is not None
+                else None
+            ),
             timeout=ns(params["timeout"]) if params["timeout"] is not None else None,  # type: ignore[arg-type]
             retry=RetryPolicy(max_attempts=attempts, initial_backoff=ns(1), jitter=True)  # type: ignore[arg-type]
-            if attempts is not None else None,
+            if attempts is not None
+            else None,
             deps=tuple(deps),
             resources=dict(resources),
             labels=dict(params["labels"]),  # type: ignore[call-overload]
@@ -528,12 +556,13 @@ def test_every_task_finishes_once_capacity_is_plentiful(ops: list[tuple[object, 
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 5), st.sampled_from(CONDS)), min_size=1, max_size=12),
-       st.lists(st.sampled_from(["success", "permanent", "dead", "cancel"]), min_size=6, max_size=6))
+@given(
+    st.lists(st.tuples(st.integers(0, 5), st.sampled_from(CONDS)), min_size=1, max_size=12),
+    st.lists(st.sampled_from(["success", "permanent", "dead", "cancel"]), min_size=6, max_size=6),
+)
 def test_dag_outcomes_follow_edge_rules(edges: list[tuple[int, EdgeCond]], outcomes: list[str]) -> None:
     """Six roots with fixed outcomes and a layer of children: each child's fate follows its edges."""
-    sim = Sim.make(PoolConfig("default", max_workers=20, initial_workers=20,
-                              retry=RetryPolicy(max_attempts=1)))
+    sim = Sim.make(PoolConfig("default", max_workers=20, initial_workers=20, retry=RetryPolicy(max_attempts=1)))
     roots = [sim.submit(f"r{i}") for i in range(6)]
     children = []
     for parent_index, cond in edges:
@@ -543,11 +572,14 @@ def test_dag_outcomes_follow_edge_rules(edges: list[tuple[int, EdgeCond]], outco
             sim.core.cancel(sim.now, root)
             sim.step()
         else:
-            sim.complete(sim.lease_of(root), {
-                "success": Success(None),
-                "permanent": Failure("x", permanent=True),
-                "dead": Failure("x"),
-            }[outcome])
+            sim.complete(
+                sim.lease_of(root),
+                {
+                    "success": Success(None),
+                    "permanent": Failure("x", permanent=True),
+                    "dead": Failure("x"),
+                }[outcome],
+            )
     for child, parent_index, cond in children:
         parent_status = sim.info(roots[parent_index]).status
         expected = "running" if edge_ok(cond, parent_status) else "skipped"

@@ -30,6 +30,7 @@ from cronoq.engine import (
     Core,
     CoreConfig,
     Dispatch,
+    EngineFault,
     PoolConfig,
     Resolve,
     ResourceConfig,
@@ -78,6 +79,18 @@ class PoisonResources(dict[str, int]):
     def items(self) -> Any:
         if self.armed:
             raise RuntimeError("poisoned resource request")
+        return super().items()
+
+
+class LatePoison(dict[str, int]):
+    """A resource request that passes admission, then raises every time it is read again."""
+
+    reads = 0
+
+    def items(self) -> Any:
+        self.reads += 1
+        if self.reads > 1:
+            raise RuntimeError("poisoned after admission")
         return super().items()
 
 
@@ -248,6 +261,27 @@ async def test_a_task_whose_start_raises_is_dead_lettered_and_the_rest_runs(
         await asyncio.wait_for(driver.call(lambda core, now: None), WAIT_S)
         recovered = {t.record.id: t.status for t in (await store.recover(driver._clock())).tasks}
         assert recovered[ids[0]] is TaskStatus.DEAD_LETTERED
+
+
+async def test_a_submission_whose_task_faults_in_its_own_step_is_refused(
+    stored_leader: tuple[Driver, Sink, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The culprit was never stored, so nothing can be dead-lettered: the command that created it
+    runs again once on the rebuilt engine, then is refused; everything else goes on."""
+    driver, sink, store = stored_leader
+    driver.post(lambda core, now: core.set_capacity(now, "default", 2))
+    fine = driver.call(lambda core, now: core.submit(now, TaskSpec(key="fine")).id)
+    poison = driver.call(lambda core, now: core.submit(now, TaskSpec(key="poison", resources=LatePoison(gpu=1))).id)
+    with pytest.raises(EngineFault, match="poisoned after admission"):
+        await asyncio.wait_for(poison, WAIT_S)
+    fine_id = await asyncio.wait_for(fine, WAIT_S)
+    await eventually(lambda: any(d.task_id == fine_id for d in sink.dispatched), "the other task to start")
+    assert driver.leading and engine_errors(driver) == 2  # the first run and the one retry
+    core = driver.core
+    assert core is not None and core.get("poison") is None
+    core.check_invariants()
+    keys = {t.record.spec.key for t in (await store.recover(driver._clock())).tasks}
+    assert keys == {"fine"}
 
 
 async def test_a_step_the_store_cannot_encode_is_refused_and_the_engine_rebuilt(
