@@ -1781,9 +1781,8 @@ class Core:
         for old_pool in old._pool_list:
             if old_pool.name not in self._pools:
                 continue
-            for group in old_pool.groups.values():
-                if group.capacity:
-                    self.set_group_capacity(now, old_pool.name, dict(group.key), group.capacity)
+            for group in list(old_pool.groups.values()):
+                self.set_group_capacity(now, old_pool.name, dict(group.key), group.capacity)
         self.dispatch_enabled = old.dispatch_enabled
         self._emit_transitions = old._emit_transitions
 

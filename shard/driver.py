@@ -10,7 +10,6 @@ per engine task; executors are the sink's business.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import contextlib
 import enum
 import gc
@@ -39,10 +38,11 @@ from cronoq.engine import (
 from cronoq.engine.types import NS_PER_S
 from cronoq.stores.base import Fenced, Store, StoreError, Unavailable, Unstorable
 
+from .faults import LOGGED_REJECTS, MAX_CONSECUTIVE_FAULTS, Command, Rebuild, creator, culprit_message, names_culprit
+
 log = logging.getLogger("cronoq.shard")
 
 T = TypeVar("T")
-Command = Callable[[Core, int], Any]
 
 
 # Run the next step while the previous commit is in flight only when this much work is queued
@@ -52,11 +52,6 @@ Command = Callable[[Core, int], Any]
 PIPELINE_MIN_COMMANDS = 64
 PIPELINE_MIN_MUTATIONS = 64
 
-# Internal errors in a row (no clean step between them) after which the driver gives up leading.
-MAX_CONSECUTIVE_FAULTS = 5
-
-# Recovered tasks dead-lettered for their values that are named one by one in the log.
-_LOGGED_REJECTS = 20
 
 
 class NotLeader(Exception):
@@ -361,7 +356,7 @@ class Driver:
             try:
                 await self._steps()
                 return
-            except _Rebuild as request:
+            except Rebuild as request:
                 if not await self._rebuild(request):
                     return
 
@@ -427,7 +422,7 @@ class Driver:
                     return
                 try:
                     step = self._step(core, clock())
-                except _Rebuild:
+                except Rebuild:
                     if inflight is not None:
                         await self._release(inflight)  # an earlier, sound step: deliver it first
                         inflight = None
@@ -437,7 +432,7 @@ class Driver:
                         prepare(step.mutations)  # encode it while the earlier commit is in flight
                     try:
                         await self._release(inflight)
-                    except _Rebuild as request:
+                    except Rebuild as request:
                         # This step was computed on top of the refused one: it is void too.
                         step.fail(request.error)
                         raise
@@ -456,7 +451,7 @@ class Driver:
             if inflight is not None:
                 inflight.fail(StoreUnavailable(str(fatal)) if fatal.unavailable else NotLeader(str(fatal)))
             await self._step_down(str(fatal))
-        except _Rebuild:
+        except Rebuild:
             if inflight is not None and inflight.commit is not None:
                 inflight.commit.cancel()
             raise
@@ -506,7 +501,7 @@ class Driver:
                 core.tick(now)
                 break
             except Exception as error:
-                self._fault(core, now, error, batch, _creator(error, marks, core.last_id))
+                self._fault(core, now, error, batch, creator(error, marks, core.last_id))
         else:
             raise _Fatal("repeated internal errors in the engine")
         self._consecutive_faults = 0
@@ -525,7 +520,7 @@ class Driver:
 
         The engine may be half-updated, so its culprit (the task or schedule an ``EngineFault``
         names) is taken out of play. With a store, the engine is rebuilt from the store with the
-        culprit dead-lettered (``_Rebuild``): the step's commands run again on the new engine,
+        culprit dead-lettered (``Rebuild``): the step's commands run again on the new engine,
         except the failing one, which runs again only once and only if the fault named a culprit.
         Without a store, the culprit is dead-lettered in place, with every task the failing command
         created (ids above ``last_id``: its caller gets the error, so none of them may run), and
@@ -539,15 +534,15 @@ class Driver:
             requeue = []
             for position, (command, future) in enumerate(batch):
                 if position == index:
-                    if not _names_culprit(error) or id(command) in self._retried:
+                    if not names_culprit(error) or id(command) in self._retried:
                         if future is not None and not future.done():
                             future.set_exception(error)
                         continue
                     self._retried[id(command)] = command
                 requeue.append((command, future))
-            raise _Rebuild(error, requeue)
+            raise Rebuild(error, requeue)
         try:
-            message = _culprit_message(error)
+            message = culprit_message(error)
             if isinstance(error, EngineFault):
                 if error.task_id is not None:
                     core.dead_letter(now, error.task_id, message)
@@ -580,21 +575,21 @@ class Driver:
                 faults += 1
                 self._note_fault(None, fault, "while restoring")
                 if fault.task_id is not None and fault.task_id not in dead:
-                    dead[fault.task_id] = _culprit_message(fault)
+                    dead[fault.task_id] = culprit_message(fault)
                 elif fault.schedule is not None and fault.schedule not in suspended:
                     suspended.add(fault.schedule)
                 else:
                     raise
                 continue
-            for task_id, message in rejected[:_LOGGED_REJECTS]:
+            for task_id, message in rejected[:LOGGED_REJECTS]:
                 log.error("recovered task %d dead-lettered: %s", task_id, message)
-            if len(rejected) > _LOGGED_REJECTS:
+            if len(rejected) > LOGGED_REJECTS:
                 log.error("%d more recovered tasks dead-lettered for values out of range",
-                          len(rejected) - _LOGGED_REJECTS)  # fmt: skip
+                          len(rejected) - LOGGED_REJECTS)  # fmt: skip
             core.totals["engine_errors"] += faults + recovered.quarantined
             return core
 
-    async def _rebuild(self, request: _Rebuild) -> bool:
+    async def _rebuild(self, request: Rebuild) -> bool:
         """Replace a possibly half-updated engine by one restored from the store, with the culprit
         of ``request`` dead-lettered, and queue the commands to run again. False if the driver
         stepped down instead (the store failed, or the new engine would not restore)."""
@@ -610,11 +605,11 @@ class Driver:
         error = request.error
         if isinstance(error, EngineFault):
             if error.task_id is not None:
-                dead[error.task_id] = _culprit_message(error)
+                dead[error.task_id] = culprit_message(error)
             elif error.schedule is not None:
                 suspended.add(error.schedule)
         elif isinstance(error, Unstorable) and error.task_id is not None:
-            dead[error.task_id] = _culprit_message(error)
+            dead[error.task_id] = culprit_message(error)
         now = self._clock()
         try:
             recovered = await store.recover(now, self._config.retention)
@@ -648,7 +643,7 @@ class Driver:
             self._consecutive_faults += 1
             if self._consecutive_faults > MAX_CONSECUTIVE_FAULTS:
                 raise _Fatal("repeated internal errors in the engine") from refused
-            raise _Rebuild(refused, []) from refused
+            raise Rebuild(refused, []) from refused
         self._deliver(step)
 
     def _deliver(self, step: _Step) -> None:
@@ -762,35 +757,6 @@ class _Step:
         for future, _, _ in self.done:
             if not future.done():
                 future.set_exception(error)
-
-
-class _Rebuild(Exception):
-    """The engine may be half-updated by ``error``: rebuild it from the store, then run
-    ``requeue`` (commands of the failed step, with their futures) first."""
-
-    def __init__(self, error: Exception, requeue: list[tuple[Command, asyncio.Future[Any] | None]]) -> None:
-        super().__init__(str(error))
-        self.error = error
-        self.requeue = requeue
-
-
-def _creator(error: Exception, marks: list[int], last_id: int) -> int | None:
-    """The index of the step's command that created the task a fault names (it was never
-    stored, so that command is the one to refuse), or None."""
-    task_id = error.task_id if isinstance(error, EngineFault) else None
-    if task_id is None or not marks or task_id <= marks[0] or task_id > last_id:
-        return None
-    return bisect.bisect_left(marks, task_id) - 1
-
-
-def _names_culprit(error: Exception) -> bool:
-    return isinstance(error, EngineFault) and (error.task_id is not None or error.schedule is not None)
-
-
-def _culprit_message(error: BaseException) -> str:
-    cause = error.__cause__ if isinstance(error, EngineFault) and error.__cause__ is not None else error
-    text = f"dead-lettered after an internal error: {type(cause).__name__}: {cause}"
-    return text if len(text) <= 500 else text[:497] + "..."
 
 
 class _Fatal(Exception):
