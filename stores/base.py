@@ -50,6 +50,25 @@ __all__ = [
 
 
 # ---------------------------------------------------------------------------------------------
+# Settings
+
+MAX_SETTING_S = 100 * 365.25 * 86400.0
+"""The longest duration a store setting may be (a century, as every duration the engine takes)."""
+
+
+def check_seconds(what: str, value: object, *, positive: bool = True) -> float:
+    """A store setting in seconds: a finite number, positive (or not negative), at most a century.
+    ValueError (TypeError for a non-number) names the setting."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{what} must be a number of seconds, not {type(value).__name__}")
+    seconds = float(value)
+    if not (seconds > 0.0 if positive else seconds >= 0.0) or not seconds <= MAX_SETTING_S:
+        bound = "positive" if positive else "non-negative"
+        raise ValueError(f"{what} must be a {bound}, finite number of seconds of at most 100 years (got {value!r})")
+    return seconds
+
+
+# ---------------------------------------------------------------------------------------------
 # Errors
 
 

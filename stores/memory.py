@@ -20,7 +20,7 @@ from cronoq.engine.types import NS_PER_S
 
 from . import _rows as R
 from . import _schema as S
-from .base import DEFAULT_CODEC, Codec, Corrupt, Fenced, ShardMismatch, StoreError
+from .base import DEFAULT_CODEC, Codec, Corrupt, Fenced, ShardMismatch, StoreError, check_seconds
 
 __all__ = ["MemoryState", "MemoryStore"]
 
@@ -53,6 +53,7 @@ class MemoryStore:
     ) -> None:
         if shard is not None:
             R.check_text(shard, "shard name")
+        check_seconds("retention", retention, positive=False)
         self.codec: Codec = codec if codec is not None else DEFAULT_CODEC
         self.shard = shard
         self.retention = round(retention * NS_PER_S)

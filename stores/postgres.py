@@ -64,6 +64,7 @@ from .base import (
     ShardMismatch,
     StoreError,
     Unavailable,
+    check_seconds,
 )
 
 __all__ = ["PostgresStore", "apply_migrations", "lock_key", "quote_schema"]
@@ -368,10 +369,10 @@ class PostgresStore:
         compact_after: int = 10_000,
     ) -> None:
         self._s = quote_schema(schema)
-        if lock_poll <= 0 or keepalive <= 0 or session_timeout <= 0 or commit_timeout <= 0:
-            raise ValueError("lock_poll, keepalive, session_timeout and commit_timeout must be positive")
-        if retention < 0:
-            raise ValueError("retention must not be negative")
+        for what, value in (("lock_poll", lock_poll), ("keepalive", keepalive), ("session_timeout", session_timeout),
+                            ("commit_timeout", commit_timeout)):  # fmt: skip
+            check_seconds(what, value)
+        check_seconds("retention", retention, positive=False)
         if max_connections < 1:
             raise ValueError("max_connections must be at least 1")
         if compact_after < 1:

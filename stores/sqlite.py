@@ -48,6 +48,7 @@ from .base import (
     ShardMismatch,
     StoreError,
     Unavailable,
+    check_seconds,
 )
 
 __all__ = ["SqliteStore", "apply_migrations"]
@@ -186,10 +187,13 @@ class SqliteStore:
         shard: str | None = None,
         codec: Codec | None = None,
     ) -> None:
+        for what, value in (("lease_ttl", lease_ttl), ("lease_renew", lease_renew), ("lock_poll", lock_poll),
+                            ("commit_timeout", commit_timeout)):  # fmt: skip
+            check_seconds(what, value)
+        check_seconds("busy_timeout", busy_timeout, positive=False)
+        check_seconds("retention", retention, positive=False)
         if not 0 < lease_renew < lease_ttl:
             raise ValueError("lease_renew must be positive and shorter than lease_ttl")
-        if lock_poll <= 0 or busy_timeout < 0 or commit_timeout <= 0 or retention < 0:
-            raise ValueError("lock_poll and commit_timeout must be positive, busy_timeout and retention not negative")
         if shard is not None:
             R.check_text(shard, "shard name")
         self.path = Path(path)

@@ -210,3 +210,21 @@ async def test_a_tasks_relative_times_count_from_its_submission() -> None:
         after = time.time()
     assert len(seen) == 2 and all(d is not None and before + 30 <= d <= after + 30 for d in seen)
     assert handles[0].id != handles[1].id
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"lease_ttl": NAN},
+        {"lease_ttl": INF, "lease_renew": 1.0},
+        {"lease_renew": 0.0},
+        {"lease_renew": 20.0},  # not shorter than lease_ttl
+        {"lock_poll": -1.0},
+        {"retention": INF},
+        {"retention": 1e300},  # would not fit the store's 64-bit columns
+        {"retention": -1.0},
+    ],
+)
+def test_sqlite_store_refuses_bad_settings(settings: dict[str, float], tmp_path: Any) -> None:
+    with pytest.raises(ValueError):
+        cronoq.SqliteStore(tmp_path / "s.db", **settings)
