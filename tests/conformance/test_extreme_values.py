@@ -17,10 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
-import uuid
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
 from cronoq.engine import (
@@ -36,35 +33,20 @@ from cronoq.engine import (
     TaskStatus,
 )
 from cronoq.shard.driver import Driver
-from cronoq.stores.memory import MemoryStore
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.engine.extremes import apply_extremes, examples, extreme_params, out_of_range
+from tests.stores.support import WAIT_S, Database, Sink
 
 T0 = 1_700_000_000 * 10**9
 DAY = 86_400 * 10**9
-WAIT_S = 30.0
 
 odd_keys = st.one_of(
     st.none(),
     st.sampled_from(["", "nul\0key", "lone \ud800", "ok", "ünïcode ✓", "x" * 300]),
     st.text(max_size=8),
 )
-
-
-class Sink:
-    def dispatch(self, leases: Sequence[Any]) -> None: ...
-
-    def abort(self, aborts: Sequence[Any]) -> None: ...
-
-    def resolve(self, results: Sequence[Any]) -> None: ...
-
-    def publish(self, events: Sequence[Any]) -> None: ...
-
-    def scale(self, scales: Sequence[Any]) -> None: ...
-
-    def space_available(self, pools: Sequence[str | None]) -> None: ...
 
 
 def key_invalid(key: str | None) -> bool:
@@ -79,47 +61,13 @@ def key_invalid(key: str | None) -> bool:
     return False
 
 
-class Stores:
-    """Fresh store instances over one database per example."""
-
-    def __init__(self, kind: str, root: Path, dsn: str | None) -> None:
-        self.kind = kind
-        self.path = root / f"{uuid.uuid4().hex}.db"
-        self.dsn = dsn
-        self.schema = f"cronoq_x_{uuid.uuid4().hex[:16]}"
-        self.memory = MemoryStore()
-
-    def open(self) -> Any:
-        if self.kind == "memory":
-            return MemoryStore(state=self.memory.state)
-        if self.kind == "sqlite":
-            from cronoq.stores.sqlite import SqliteStore
-
-            return SqliteStore(self.path, lock_poll=0.02, lease_ttl=1.0, lease_renew=0.2)
-        from cronoq.stores.postgres import PostgresStore
-
-        assert self.dsn is not None
-        return PostgresStore(self.dsn, schema=self.schema, lock_poll=0.02)
-
-    async def drop(self) -> None:
-        if self.kind == "postgres":
-            import asyncpg
-
-            conn = await asyncpg.connect(self.dsn)
-            try:
-                await conn.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
-            finally:
-                await conn.close()
-        self.path.unlink(missing_ok=True)
-
-
 def engine_config(epoch: int = 1, persist: bool = True) -> CoreConfig:
     return CoreConfig(pools=(PoolConfig("default", max_workers=1, initial_workers=1),), persist=persist,
                       id_epoch=epoch)  # fmt: skip
 
 
-async def scenario(stores: Stores, extremes: dict[str, object], key: str | None, failures: int) -> None:
-    first = stores.open()
+async def scenario(stores: Database, extremes: dict[str, object], key: str | None, failures: int) -> None:
+    first = stores.store()
     epoch = await asyncio.wait_for(first.acquire_leadership(), WAIT_S)
     core = Core(engine_config(epoch), now=T0)
     now = T0
@@ -156,7 +104,7 @@ async def scenario(stores: Stores, extremes: dict[str, object], key: str | None,
     assert before is not None
     await first.close()  # the leader goes away, possibly in the middle of an attempt
 
-    second = stores.open()
+    second = stores.store()
     driver = Driver(engine_config(), Sink(), store=second, clock=lambda: now)
     try:
         await asyncio.wait_for(driver.lead(), WAIT_S)
@@ -182,7 +130,7 @@ async def scenario(stores: Stores, extremes: dict[str, object], key: str | None,
 
 def run(kind: str, dsn: str | None, extremes: dict[str, object], key: str | None, failures: int) -> None:
     with tempfile.TemporaryDirectory(prefix="cronoq-extreme-") as root:
-        stores = Stores(kind, Path(root), dsn)
+        stores = Database(kind, Path(root), dsn)
 
         async def main() -> None:
             try:

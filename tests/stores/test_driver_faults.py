@@ -19,9 +19,7 @@ import asyncio
 import json
 import logging
 import math
-import sqlite3
-import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -29,45 +27,18 @@ import pytest
 from cronoq.engine import (
     Core,
     CoreConfig,
-    Dispatch,
     EngineFault,
     PoolConfig,
-    Resolve,
     ResourceConfig,
     RetryPolicy,
     TaskSpec,
     TaskStatus,
 )
 from cronoq.shard.driver import Driver
-from cronoq.stores import _rows as R
-from cronoq.stores.memory import MemoryStore
 
-WAIT_S = 30.0
+from .support import WAIT_S, Database, Sink, eventually
+
 GPU = ResourceConfig.semaphore("gpu", 2)
-
-
-class Sink:
-    """Keeps what the driver hands out."""
-
-    def __init__(self) -> None:
-        self.dispatched: list[Dispatch] = []
-        self.resolved: list[Resolve] = []
-        self.aborted: list[Any] = []
-
-    def dispatch(self, leases: Sequence[Dispatch]) -> None:
-        self.dispatched.extend(leases)
-
-    def abort(self, aborts: Sequence[Any]) -> None:
-        self.aborted.extend(aborts)
-
-    def resolve(self, results: Sequence[Resolve]) -> None:
-        self.resolved.extend(results)
-
-    def publish(self, events: Sequence[Any]) -> None: ...
-
-    def scale(self, scales: Sequence[Any]) -> None: ...
-
-    def space_available(self, pools: Sequence[str | None]) -> None: ...
 
 
 class PoisonResources(dict[str, int]):
@@ -94,67 +65,9 @@ class LatePoison(dict[str, int]):
         return super().items()
 
 
-async def eventually(condition: Any, what: str) -> None:
-    deadline = asyncio.get_running_loop().time() + WAIT_S
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.005)
-
-
 def config(workers: int = 0) -> CoreConfig:
     pool = PoolConfig("default", max_workers=4, initial_workers=workers, retry=RetryPolicy(max_attempts=3))
     return CoreConfig(pools=(pool,), resources=(GPU,))
-
-
-class Database:
-    """Where the stores of one test live: a SQLite file, or a Postgres schema of its own."""
-
-    def __init__(self, kind: str, tmp_path: Path, dsn: str | None) -> None:
-        self.kind = kind
-        self.path = tmp_path / "shard.db"
-        self.dsn = dsn
-        self.schema = f"cronoq_f_{uuid.uuid4().hex[:16]}"
-
-    def store(self) -> Any:
-        if self.kind == "memory":
-            return MemoryStore()
-        if self.kind == "sqlite":
-            from cronoq.stores.sqlite import SqliteStore
-
-            return SqliteStore(self.path, lock_poll=0.05)
-        from cronoq.stores.postgres import PostgresStore
-
-        assert self.dsn is not None
-        return PostgresStore(self.dsn, schema=self.schema, lock_poll=0.05)
-
-    async def set_column(self, task_id: int, column: str, value: Any) -> None:
-        """Edit a task row behind the store's back, as a bad migration or an old bug could."""
-        if self.kind == "sqlite":
-            conn = sqlite3.connect(self.path, isolation_level=None)
-            try:
-                conn.execute(f"UPDATE cronoq_tasks SET {column} = ? WHERE id = ?", (value, R.to_db_id(task_id)))
-            finally:
-                conn.close()
-            return
-        import asyncpg
-
-        pg = await asyncpg.connect(self.dsn)
-        try:
-            await pg.execute(f'UPDATE "{self.schema}".cronoq_tasks SET {column} = $1 WHERE id = $2', value,
-                             R.to_db_id(task_id))  # fmt: skip
-        finally:
-            await pg.close()
-
-    async def drop(self) -> None:
-        if self.kind == "postgres":
-            import asyncpg
-
-            pg = await asyncpg.connect(self.dsn)
-            try:
-                await pg.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
-            finally:
-                await pg.close()
 
 
 def database(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Database:
