@@ -226,8 +226,8 @@ class Store(Protocol):
         """Write one engine step in one transaction.
 
         Raises ``Fenced`` (stale epoch or lost leadership; nothing written), ``Unavailable``
-        (transient; outcome unknown, retry is safe), ``ValueError``/``TypeError`` for input that
-        cannot be stored (nothing written).
+        (transient; outcome unknown, retry is safe), ``Unstorable`` (a ``ValueError`` and a
+        ``TypeError``, naming the task) for input that cannot be stored (nothing written).
 
         A store may also offer ``prepare(mutations) -> None`` (not part of this protocol, looked
         up by the driver): called with a step's mutations while an earlier commit is still in
