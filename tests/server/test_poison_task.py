@@ -79,9 +79,9 @@ async def engine_errors(http: aiohttp.ClientSession) -> float:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServerProcess]:
     directory = tmp_path_factory.mktemp("poison")
-    proc = HttpServerProcess(directory, config(directory / "shard.db"), name="poison").start()
+    proc = HttpServerProcess(directory, config(directory / "shard.db"), name="poison")
     try:
-        yield proc
+        yield proc.start()
     finally:
         proc.stop()
 
@@ -194,8 +194,9 @@ async def test_http_refuses_numbers_out_of_range_with_400(server: HttpServerProc
 
 async def test_a_server_restarted_on_a_store_with_bad_rows_leads_and_reports_them(tmp_path: Path) -> None:
     db = tmp_path / "shard.db"
-    server = HttpServerProcess(tmp_path, config(db), name="restarted").start()
+    server = HttpServerProcess(tmp_path, config(db), name="restarted")
     try:
+        server.start()
         async with Client(server.address, token=CLIENT_TOKEN) as client:
             ids = {key: (await client.submit(b"x", pool="other", key=key)).id
                    for key in ("overflow", "nan", "healthy")}  # fmt: skip
@@ -215,8 +216,8 @@ async def test_a_server_restarted_on_a_store_with_bad_rows_leads_and_reports_the
     finally:
         conn.close()
 
-    server.start()  # same database; before the fix the server never led again
     try:
+        server.start()  # same database; before the fix the server never led again
         async with aiohttp.ClientSession(server.http_url, headers={"authorization": f"Bearer {CLIENT_TOKEN}"}) as http:
             assert await ready(http) == 200
             status, nan_task = await request(http, "GET", f"/v1/tasks/{ids['nan']}")
