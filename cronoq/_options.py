@@ -6,12 +6,16 @@ speaks int nanoseconds. Everything is converted once, here.
 
 from __future__ import annotations
 
+import copy
 import datetime as _dt
 import math
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
+from cronoq.engine import admission
 from cronoq.engine import config as ec
+from cronoq.engine import limits as el
 from cronoq.engine import types as et
 from cronoq.engine.types import NS_PER_S, Priority
 
@@ -50,16 +54,58 @@ def seconds_to_ns(value: float | int, what: str, *, allow_zero: bool = True) -> 
 
 
 def time_to_ns(value: TimeLike, what: str) -> int:
-    """An aware datetime or Unix seconds to int nanoseconds since the epoch."""
+    """An aware datetime or Unix seconds to int nanoseconds since the epoch; ValueError for NaN,
+    infinities and instants before 1970 or after 2262 (what 64-bit nanoseconds can hold)."""
     if isinstance(value, _dt.datetime):
         if value.tzinfo is None:
             raise ValueError(f"{what} must be a timezone-aware datetime (or Unix seconds)")
-        return round(value.timestamp() * NS_PER_S)
-    if isinstance(value, bool) or not isinstance(value, int | float):
+        ns = round(value.timestamp() * NS_PER_S)
+    elif isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"{what} must be a datetime or Unix seconds, not {type(value).__name__}")
-    if math.isnan(value) or math.isinf(value):
+    elif math.isnan(value) or math.isinf(value):
         raise ValueError(f"{what} must be finite")
-    return round(float(value) * NS_PER_S)
+    else:
+        seconds = float(value)
+        if not 0.0 <= seconds <= _MAX_UNIX_SECONDS:
+            raise ValueError(f"{what} must lie between 1970 and 2262 (Unix seconds 0 to {_MAX_UNIX_SECONDS:.0f})")
+        ns = round(seconds * NS_PER_S)
+    if not 0 <= ns <= el.MAX_INSTANT:
+        raise ValueError(f"{what} must lie between 1970 and 2262")
+    return ns
+
+
+_MAX_UNIX_SECONDS = el.MAX_INSTANT // NS_PER_S
+
+
+def _count(value: object, what: str, *, low: int = 0) -> int:
+    """An int (not a bool, not a float) between ``low`` and 2**32 - 1."""
+    if isinstance(value, bool):
+        raise TypeError(f"{what} must be an int, not bool")
+    try:
+        number = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"{what} must be an int, not {type(value).__name__}") from None
+    if not low <= number <= el.MAX_COUNT:
+        raise ValueError(f"{what} must be between {low} and {el.MAX_COUNT} (got {number})")
+    return number
+
+
+def _fraction(value: object, what: str, *, low: float, high: float = math.inf, low_open: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{what} must be a number, not {type(value).__name__}")
+    problem = el.factor_problem(value, what, low=low, high=high, low_open=low_open)
+    if problem is not None:
+        raise ValueError(problem)
+    return float(value)
+
+
+def _name(value: object, what: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a string, not {type(value).__name__}")
+    problem = admission.text_problem(what, value) if value else f"{what} must not be empty"
+    if problem is not None:
+        raise ValueError(problem)
+    return value
 
 
 def parse_priority(value: PriorityLike | None) -> Priority:
@@ -88,11 +134,13 @@ class RetryPolicy:
     ) -> None:
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
             raise ValueError("max_attempts must be an int of at least 1")
+        self.max_attempts = _count(max_attempts, "max_attempts", low=1)
+        if isinstance(multiplier, bool) or not isinstance(multiplier, int | float):
+            raise TypeError(f"multiplier must be a number, not {type(multiplier).__name__}")
         if not multiplier >= 1.0 or math.isinf(multiplier):
             raise ValueError("multiplier must be a finite number of at least 1")
         seconds_to_ns(initial_backoff, "initial_backoff")
         seconds_to_ns(max_backoff, "max_backoff")
-        self.max_attempts = max_attempts
         self.initial_backoff = float(initial_backoff)
         self.multiplier = float(multiplier)
         self.max_backoff = float(max_backoff)
@@ -170,24 +218,34 @@ class AutoscaleConfig:
         max_step_down: int = 1,
         cost_per_worker_second: float = 0.0,
     ) -> None:
+        seconds_to_ns(interval, "interval", allow_zero=False)
+        seconds_to_ns(drain_time, "drain_time", allow_zero=False)
+        seconds_to_ns(reservation_horizon, "reservation_horizon")
+        seconds_to_ns(stabilization_window, "stabilization_window")
+        seconds_to_ns(cooldown, "cooldown")
         self.interval = float(interval)
-        self.target_utilization = float(target_utilization)
+        self.target_utilization = _fraction(target_utilization, "target_utilization", low=0.0, high=1.0,
+                                            low_open=True)  # fmt: skip
         self.drain_time = float(drain_time)
         self.slo: dict[str, float] = {}
+        if slo is not None and not isinstance(slo, Mapping):
+            raise TypeError("slo must be a mapping of priority to seconds")
         for cls, seconds in (slo or {}).items():
-            self.slo[Priority.parse(cls).name.lower()] = float(seconds)
+            name = Priority.parse(cls).label
+            seconds_to_ns(seconds, f"slo[{name}]", allow_zero=False)
+            self.slo[name] = float(seconds)
         self.reservation_horizon = float(reservation_horizon)
         self.stabilization_window = float(stabilization_window)
         self.cooldown = float(cooldown)
-        self.max_step_up_abs = int(max_step_up_abs)
-        self.max_step_down = int(max_step_down)
-        self.cost_per_worker_second = float(cost_per_worker_second)
+        self.max_step_up_abs = _count(max_step_up_abs, "max_step_up_abs")
+        self.max_step_down = _count(max_step_down, "max_step_down")
+        self.cost_per_worker_second = _fraction(cost_per_worker_second, "cost_per_worker_second", low=0.0)
 
     def to_engine(self) -> ec.AutoscaleConfig:
         """The engine's form (int nanoseconds, one SLO slot per class)."""
         slo: list[int | None] = [None] * et.CLASSES
         for name, seconds in self.slo.items():
-            slo[int(Priority[name.upper()])] = seconds_to_ns(seconds, f"slo[{name}]", allow_zero=False)
+            slo[int(Priority.parse(name))] = seconds_to_ns(seconds, f"slo[{name}]", allow_zero=False)
         return ec.AutoscaleConfig(
             interval=seconds_to_ns(self.interval, "interval", allow_zero=False),
             target_utilization=self.target_utilization,
@@ -218,6 +276,10 @@ class Dep:
     def __init__(self, target: TaskRefLike, on: DepCondition = "success") -> None:
         if isinstance(target, bool) or not isinstance(target, int | str):
             raise TypeError("a dependency names a task id (int) or key (str)")
+        if isinstance(target, int) and not 0 < target < 1 << 64:
+            raise ValueError(f"a task id is an unsigned 64-bit integer above 0, not {target}")
+        if isinstance(target, str):
+            _name(target, "a dependency key")
         self._target = target
         try:
             self._cond = et.EdgeCond.parse(on)
@@ -247,12 +309,22 @@ class Resource:
     @staticmethod
     def semaphore(name: str, permits: int) -> Resource:
         """At most ``permits`` units held at once; units are returned when the attempt ends."""
-        return Resource(ec.ResourceConfig.semaphore(name, int(permits)))
+        return Resource._checked(ec.ResourceConfig.semaphore(_name(name, "resource name"), _count(permits, "permits")))
 
     @staticmethod
     def token_bucket(name: str, rate: float, burst: int) -> Resource:
         """``rate`` units per second, up to ``burst`` at once; units are spent, not returned."""
-        return Resource(ec.ResourceConfig.token_bucket(name, float(rate), int(burst)))
+        config = ec.ResourceConfig.token_bucket(_name(name, "resource name"), _fraction(rate, "rate", low=0.0),
+                                                _count(burst, "burst"))  # fmt: skip
+        return Resource._checked(config)
+
+    @staticmethod
+    def _checked(config: ec.ResourceConfig) -> Resource:
+        try:
+            ec.validate_resource(config)
+        except et.ConfigError as err:
+            raise ValueError(str(err)) from None
+        return Resource(config)
 
     @property
     def name(self) -> str:
@@ -311,17 +383,31 @@ class Pool:
     ) -> None:
         if not callable(executor):
             raise TypeError("executor must be callable as executor(ctx, payload)")
-        self.name = name
+        self.name = _name(name, "pool name")
         self.executor = executor
         scale: AutoscaleConfig | None
         if autoscale is None or autoscale is True:
             scale = AutoscaleConfig()
         elif autoscale is False:
             scale = None
-        else:
+        elif isinstance(autoscale, AutoscaleConfig):
             scale = autoscale
+        else:
+            raise TypeError("autoscale takes a bool or a cronoq.AutoscaleConfig")
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise TypeError("retry= takes a cronoq.RetryPolicy")
+        min = _count(min, "min")
+        max = _count(max, "max", low=1)
+        if min > max:
+            raise ValueError(f"min ({min}) must not exceed max ({max})")
         if initial is None:
             initial = min if scale is not None else max
+        initial = _count(initial, "initial")
+        if initial > max:
+            raise ValueError(f"initial ({initial}) must not exceed max ({max})")
+        if max_pending is not None:
+            max_pending = _count(max_pending, "max_pending")
+        reservable_fraction = _fraction(reservable_fraction, "reservable_fraction", low=0.0, high=1.0)
         try:
             overflow_policy = et.OverflowPolicy(overflow)
             unknown = ec.UnknownDependencyPolicy(unknown_dependency)
@@ -329,14 +415,16 @@ class Pool:
             raise ValueError(str(err)) from None
         fairness = None
         if tenant_weights:
-            fairness = ec.Fairness({str(k): float(v) for k, v in tenant_weights.items()})
+            weights = {_name(str(k), "tenant"): _fraction(v, f"tenant_weights[{k!r}]", low=0.0, low_open=True)
+                       for k, v in tenant_weights.items()}  # fmt: skip
+            fairness = ec.Fairness(weights)
         elif fair_share:
             fairness = ec.Fairness({})
         self._config = ec.PoolConfig(
             name=name,
-            min_workers=int(min),
-            max_workers=int(max),
-            initial_workers=int(initial),
+            min_workers=min,
+            max_workers=max,
+            initial_workers=initial,
             autoscale=scale.to_engine() if scale is not None else None,
             retry=(retry or RetryPolicy()).to_engine(),
             bounds=ec.Bounds(max_pending=max_pending),
@@ -348,6 +436,10 @@ class Pool:
             await_timeout=seconds_to_ns(await_timeout, "await_timeout") if await_timeout is not None else None,
             fairness=fairness,
         )
+        try:
+            ec.validate_pool(self._config)
+        except et.ConfigError as err:
+            raise ValueError(str(err)) from None
 
     def to_engine(self) -> ec.PoolConfig:
         """The engine's form."""
@@ -358,9 +450,14 @@ class Pool:
 
 
 class Task:
-    """One task of a ``Scheduler.submit_batch``: a payload plus the options ``submit`` takes."""
+    """One task of a ``Scheduler.submit_batch``: a payload plus the options ``submit`` takes.
 
-    __slots__ = ("_options", "key", "payload")
+    The options are checked here, as ``submit`` checks them: a bad value raises ``ValueError`` (a
+    wrong type ``TypeError``) at construction. Relative times (``deadline_in``, ``start_in``)
+    count from the batch's submission.
+    """
+
+    __slots__ = ("_options", "_spec", "key", "payload")
 
     _options: Mapping[str, Any]
 
@@ -393,7 +490,7 @@ class Task:
         if _all_absent(
             priority, pool, kind, key, deadline_in, deadline_at, start_in, start_at, tolerance, on_miss,
             duration_hint, timeout, retry, after, deps, resources, tags, labels, tenant,
-        ):
+        ):  # fmt: skip
             # The common case (a bare payload): skip building and filtering the options dict.
             self._options = _NO_OPTIONS
             return
@@ -403,15 +500,33 @@ class Task:
             "on_miss": on_miss, "duration_hint": duration_hint, "timeout": timeout, "retry": retry,
             "after": after, "deps": deps, "resources": resources, "tags": tags, "labels": labels,
             "tenant": tenant,
-        }
+        }  # fmt: skip
         self._options = {name: value for name, value in options.items() if value is not None}
+        # Built once (relative times from 0) to refuse bad options now; ``to_spec`` shifts a copy.
+        spec = build_spec(payload, 0, trace=False, **self._options)
+        try:
+            admission.check_values(spec)
+        except et.AdmissionError as err:
+            raise InvalidTaskOption(err.message) from None
+        self._spec = spec
 
     def to_spec(self, now: int, *, trace: bool = True) -> et.TaskSpec:
         """The engine spec of this task, with relative times counted from ``now`` (ns)."""
         options = self._options
         if not options:
             return plain_spec(self.payload, trace)
-        return build_spec(self.payload, now, trace=trace, **options)
+        spec = copy.copy(self._spec)
+        spec.payload = self.payload
+        if "deadline_in" in options and spec.deadline is not None:
+            spec.deadline += now
+        fixed = spec.fixed_start
+        if "start_in" in options and fixed is not None:
+            spec.fixed_start = et.FixedStart(fixed.start + now, fixed.tolerance, fixed.on_miss)
+        if trace and TRACEPARENT not in spec.tags:
+            traceparent = current_traceparent()
+            if traceparent is not None:
+                spec.tags = {**spec.tags, TRACEPARENT: traceparent}
+        return spec
 
     def __repr__(self) -> str:
         return f"Task({self.payload!r}, key={self.key!r})"
@@ -511,13 +626,13 @@ def build_spec(
     if _all_absent(
         priority, pool, kind, key, deadline_in, deadline_at, start_in, start_at, tolerance, on_miss,
         duration_hint, timeout, retry, after, deps, resources, tags, labels, tenant,
-    ):
+    ):  # fmt: skip
         return plain_spec(payload, trace)
     try:
         spec = _build_spec(
             payload, now, priority, pool, kind, key, deadline_in, deadline_at, start_in, start_at, tolerance,
             on_miss, duration_hint, timeout, retry, after, deps, resources, tags, labels, tenant,
-        )
+        )  # fmt: skip
     except InvalidTaskOption:
         raise
     except ValueError as err:

@@ -28,6 +28,7 @@ from cronoq.engine import (
     Core,
     CoreConfig,
     Dispatch,
+    EngineFault,
     Failure,
     Outcome,
     OverlapPolicy,
@@ -42,9 +43,10 @@ from cronoq.engine import (
     UnknownTask,
 )
 from cronoq.engine import StatusEvent as EngineEvent
+from cronoq.engine.limits import MAX_COUNT
 from cronoq.engine.types import NS_PER_S, MissPolicy
 from cronoq.shard.driver import Driver, NotLeader, ShuttingDown, StoreUnavailable
-from cronoq.stores.base import Codec, JsonCodec, Store, json_bytes
+from cronoq.stores.base import Codec, JsonCodec, Store, Unstorable, json_bytes
 
 from . import _otel
 from ._options import (
@@ -419,9 +421,13 @@ class Scheduler:
             pool.name: (pool.executor, _is_async(pool.executor)) for pool in pools
         }
         configs: tuple[PoolConfig, ...] = tuple(pool.to_engine() for pool in pools)
+        resources = list(resources or ())
+        for resource in resources:
+            if not isinstance(resource, Resource):
+                raise TypeError("resources must be cronoq.Resource objects")
         self._config = CoreConfig(
             pools=configs,
-            resources=tuple(r.to_engine() for r in (resources or ())),
+            resources=tuple(r.to_engine() for r in resources),
             emit_transitions=bool(emit_transitions),
             seed=time.time_ns() & 0xFFFFFFFF,
         )
@@ -476,8 +482,7 @@ class Scheduler:
         """Whether the scheduler is running (started, and neither shut down nor orphaned)."""
         driver = self._driver
         loop = self._loop
-        return (driver is not None and driver.leading and not self._closing and loop is not None
-                and not loop.is_closed())
+        return driver is not None and driver.leading and not self._closing and loop is not None and not loop.is_closed()
 
     @property
     def pools(self) -> list[str]:
@@ -608,6 +613,8 @@ class Scheduler:
             raise SchedulerError(str(err)) from None
         except ConfigError as err:
             raise SchedulerError(str(err)) from None
+        except (EngineFault, Unstorable) as err:
+            raise SchedulerError(f"internal error (logged; the scheduler goes on): {err}") from None
 
     def _post(self, command: Callable[[Core, int], Any]) -> None:
         # Also while shutting down: completions during the grace period must reach the engine.
@@ -680,7 +687,7 @@ class Scheduler:
             deadline_at=deadline_at, start_in=start_in, start_at=start_at, tolerance=tolerance, on_miss=on_miss,
             duration_hint=duration_hint, timeout=timeout, retry=retry, after=after, deps=deps, resources=resources,
             tags=tags, labels=labels, tenant=tenant, trace=self._tracing,
-        )
+        )  # fmt: skip
         spec.payload = stored
         assert loop is not None
         future: asyncio.Future[Any] = loop.create_future()
@@ -724,7 +731,7 @@ class Scheduler:
             deadline_at=deadline_at, start_in=start_in, start_at=start_at, tolerance=tolerance, on_miss=on_miss,
             duration_hint=duration_hint, timeout=timeout, retry=retry, after=after, deps=deps, resources=resources,
             tags=tags, labels=labels, tenant=tenant, trace=self._tracing,
-        )
+        )  # fmt: skip
         spec.payload = stored
         result: int = await self._admit(lambda core, now: core.submit(now, spec).id)
         return result
@@ -878,14 +885,17 @@ class Scheduler:
         return result
 
     async def set_capacity(self, pool: str, capacity: int) -> None:
-        """Set a pool's (unlabelled) capacity. An autoscaled pool's autoscaler may change it again."""
-        await self._call(lambda core, now: core.set_capacity(now, pool, int(capacity)))
+        """Set a pool's (unlabelled) capacity. An autoscaled pool's autoscaler may change it again.
+        ``ValueError`` for a capacity below 0 (or not below 2**32)."""
+        slots = _capacity(capacity)
+        await self._call(lambda core, now: core.set_capacity(now, pool, slots))
 
     async def set_group_capacity(self, pool: str, labels: Mapping[str, str], capacity: int) -> None:
         """Set the capacity of a pool's slots that carry ``labels``; tasks submitted with
         ``labels=`` run only on groups that have them (``ctx.group`` says which)."""
         labels = {str(k): str(v) for k, v in labels.items()}
-        await self._call(lambda core, now: core.set_group_capacity(now, pool, labels, int(capacity)))
+        slots = _capacity(capacity)
+        await self._call(lambda core, now: core.set_group_capacity(now, pool, labels, slots))
 
     async def add_recurring(
         self,
@@ -913,32 +923,41 @@ class Scheduler:
         """Add, or replace by name, a cron schedule (5 or 6 fields, optional IANA ``tz``).
 
         Each occurrence is a fixed-start task built from the options, tagged
-        ``cronoq.recurring=<name>``, with key ``<key>@<start>`` when ``key`` is given. An invalid
-        expression, zone or template raises ``SchedulerError``.
+        ``cronoq.recurring=<name>``, with key ``<key>@<start>`` when ``key`` is given. A bad option
+        value (an unknown ``overlap`` or ``on_miss``, a negative duration, ...) raises
+        ``ValueError``; an expression, zone or template the scheduler cannot use raises
+        ``SchedulerError``.
         """
         self._driver_or_raise()
-        stored = self._check_payload(payload)
+        if not isinstance(name, str) or not isinstance(cron, str) or (tz is not None and not isinstance(tz, str)):
+            raise TypeError("name, cron and tz must be strings")
+        if not name:
+            raise ValueError("a schedule needs a name")
         try:
             overlap_policy = OverlapPolicy(overlap)
+        except ValueError:
+            raise ValueError(f"invalid overlap {overlap!r}: expected skip, allow, queue or queue_on_success") from None
+        try:
             miss = MissPolicy(on_miss)
-            template = build_spec(
-                payload, 0, priority=priority, pool=pool, kind=kind, key=key, duration_hint=duration_hint,
-                timeout=timeout, retry=retry, resources=resources, tags=tags, labels=labels, tenant=tenant,
-                trace=False,
-            )
-            template.payload = stored
-            spec = RecurringSpec(
-                name=name,
-                cron=cron,
-                template=template,
-                tz=tz,
-                overlap=overlap_policy,
-                tolerance=seconds_to_ns(tolerance, "tolerance"),
-                on_miss=miss,
-                deadline_after=seconds_to_ns(deadline_in, "deadline_in") if deadline_in is not None else None,
-            )
-        except (ValueError, SubmitError) as err:
-            raise SchedulerError(str(err)) from None
+        except ValueError:
+            raise ValueError(f"invalid on_miss {on_miss!r}: expected run_late, skip or fail") from None
+        stored = self._check_payload(payload)
+        template = build_spec(
+            payload, 0, priority=priority, pool=pool, kind=kind, key=key, duration_hint=duration_hint,
+            timeout=timeout, retry=retry, resources=resources, tags=tags, labels=labels, tenant=tenant,
+            trace=False,
+        )  # fmt: skip
+        template.payload = stored
+        spec = RecurringSpec(
+            name=name,
+            cron=cron,
+            template=template,
+            tz=tz,
+            overlap=overlap_policy,
+            tolerance=seconds_to_ns(tolerance, "tolerance"),
+            on_miss=miss,
+            deadline_after=seconds_to_ns(deadline_in, "deadline_in") if deadline_in is not None else None,
+        )
         try:
             await self._call(lambda core, now: core.add_recurring(now, spec))
         except SubmitError as err:
@@ -1004,8 +1023,7 @@ class Scheduler:
             try:
                 output = _Encoded(output, self._encode(output))
             except Exception as err:
-                log.warning("the result of task %d cannot be stored (%s); it is not kept across restarts",
-                            ctx.id, err)
+                log.warning("the result of task %d cannot be stored (%s); it is not kept across restarts", ctx.id, err)
                 output = _Unstored(output)
         self._report(lease_id, Success(output))
 
@@ -1077,8 +1095,10 @@ class Scheduler:
                         if succeeded:
                             future.set_result(output)
                         else:
-                            _fail(future, TaskFailed(result.status.value, result.message or result.status.value,
-                                                     result.id))
+                            _fail(
+                                future,
+                                TaskFailed(result.status.value, result.message or result.status.value, result.id),
+                            )
             if streams:
                 event = _public_event(result)
                 for stream in streams:
@@ -1153,6 +1173,17 @@ def _is_async(fn: Callable[..., Any]) -> bool:
         return True
     call = getattr(target, "__call__", None)  # noqa: B004 - callable objects with async __call__
     return call is not None and inspect.iscoroutinefunction(call)
+
+
+def _capacity(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"capacity must be an int, not {type(value).__name__}")
+    if isinstance(value, float) and not value.is_integer():
+        raise ValueError(f"capacity must be a whole number, not {value!r}")
+    slots = int(value)
+    if not 0 <= slots <= MAX_COUNT:
+        raise ValueError(f"capacity must be between 0 and {MAX_COUNT}, not {slots}")
+    return slots
 
 
 def _check_ref(target: object) -> None:

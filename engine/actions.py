@@ -210,3 +210,5 @@ class Recovered:
     recurring: list[RecoveredRecurring] = field(default_factory=list)
     id_high_water: int = 0
     lease_high_water: int = 0
+    quarantined: int = 0
+    """Rows the store could not decode: tasks it dead-lettered and schedules it skipped."""

@@ -1,56 +1,94 @@
-"""Checks every submission passes before the engine looks at keys, dependencies or bounds."""
+"""Checks every submission passes before the engine looks at keys, dependencies or bounds.
+
+``check_values`` bounds every number a spec carries (see ``limits``) and checks its text, so that
+nothing admitted can overflow the engine's arithmetic or a store's 64-bit columns later; the
+stores run it on recovered rows too. ``check_spec`` adds the resource requests.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from . import limits
 from .resources import ResourceTable
 from .types import AdmissionError, SubmitCode, TaskSpec
+
+_U64_LIMIT = 1 << 64
 
 
 def _invalid(message: str) -> AdmissionError:
     return AdmissionError(SubmitCode.INVALID, message)
 
 
-def _check_text(what: str, value: str) -> None:
+def text_problem(what: str, value: object) -> str | None:
+    """Why ``value`` cannot be stored as text (not a string, NUL, lone surrogates), or None."""
+    if not isinstance(value, str):
+        return f"{what} must be a string"
     if "\0" in value:
-        raise _invalid(f"{what} must not contain NUL characters")
+        return f"{what} must not contain NUL characters"
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return f"{what} must be valid Unicode text (no unpaired surrogates)"
+    return None
+
+
+def _check_text(what: str, value: object) -> None:
+    problem = text_problem(what, value)
+    if problem is not None:
+        raise _invalid(problem)
 
 
 def _check_map(what: str, values: Mapping[str, str]) -> None:
     for name, value in values.items():
         if not isinstance(name, str) or not isinstance(value, str):
             raise _invalid(f"{what} keys and values must be strings")
-        if "\0" in name or "\0" in value:
-            raise _invalid(f"{what} must not contain NUL characters")
+        _check_text(f"{what} name", name)
+        _check_text(f"{what} {name!r} value", value)
 
 
-def check_spec(spec: TaskSpec, resources: ResourceTable) -> None:
-    """Raise AdmissionError when the spec is malformed or names resources it can never get."""
-    if spec.key is not None:
-        if not spec.key:
+def _check(problem: str | None) -> None:
+    if problem is not None:
+        raise _invalid(problem)
+
+
+def check_values(spec: TaskSpec) -> None:
+    """Raise AdmissionError (code ``invalid``) when a field is malformed or out of range."""
+    # Plain ASCII strings without NUL (nearly all) pass with one test each.
+    key = spec.key
+    if key is not None and not (type(key) is str and key and key.isascii() and "\0" not in key):
+        if key == "":
             raise _invalid("key must not be empty")
-        _check_text("key", spec.key)
-    _check_text("kind", spec.kind)
+        _check_text("key", key)
+    pool = spec.pool
+    if pool is not None and not (type(pool) is str and pool.isascii() and "\0" not in pool):
+        _check_text("pool", pool)
+    kind = spec.kind
+    if not (type(kind) is str and kind.isascii() and "\0" not in kind):
+        _check_text("kind", kind)
     if spec.tenant is not None:
         _check_text("tenant", spec.tenant)
     if spec.tags:
         _check_map("tags", spec.tags)
     if spec.labels:
         _check_map("labels", spec.labels)
-    if spec.duration_hint is not None and spec.duration_hint < 0:
-        raise _invalid("duration_hint must not be negative")
-    if spec.timeout is not None and spec.timeout <= 0:
-        raise _invalid("timeout must be positive")
+    if spec.deadline is not None:
+        _check(limits.instant_problem(spec.deadline, "deadline"))
+    if spec.duration_hint is not None:
+        _check(limits.duration_problem(spec.duration_hint, "duration_hint"))
+    if spec.timeout is not None:
+        _check(limits.duration_problem(spec.timeout, "timeout", positive=True))
     fixed = spec.fixed_start
-    if fixed is not None and fixed.tolerance < 0:
-        raise _invalid("start tolerance must not be negative")
+    if fixed is not None:
+        _check(limits.instant_problem(fixed.start, "start time"))
+        _check(limits.duration_problem(fixed.tolerance, "start tolerance"))
     retry = spec.retry
     if retry is not None:
-        if retry.max_attempts < 1:
-            raise _invalid("retry.max_attempts must be at least 1")
-        if retry.multiplier < 1.0 or retry.initial_backoff < 0 or retry.max_backoff < 0:
-            raise _invalid("retry backoff must be non-negative with a multiplier of at least 1")
+        _check(limits.count_problem(retry.max_attempts, "retry.max_attempts", low=1))
+        _check(limits.duration_problem(retry.initial_backoff, "retry.initial_backoff"))
+        _check(limits.duration_problem(retry.max_backoff, "retry.max_backoff"))
+        _check(limits.factor_problem(retry.multiplier, "retry.multiplier", low=1.0))
     for dep in spec.deps:
         target = dep.target
         if isinstance(target, bool) or not isinstance(target, int | str):
@@ -59,6 +97,13 @@ def check_spec(spec: TaskSpec, resources: ResourceTable) -> None:
             if not target:
                 raise _invalid("a dependency key must not be empty")
             _check_text("dependency key", target)
+        elif not 0 < target < _U64_LIMIT:
+            raise _invalid(f"dependency id {target} is not a task id (an unsigned 64-bit integer)")
+
+
+def check_spec(spec: TaskSpec, resources: ResourceTable) -> None:
+    """Raise AdmissionError when the spec is malformed or names resources it can never get."""
+    check_values(spec)
     if spec.resources:
         problem = resources.admission_error(spec.resources)
         if problem is not None:

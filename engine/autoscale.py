@@ -21,8 +21,15 @@ __all__ = ["Autoscaler", "ceil_clean"]
 _MIN_RATE = 0.01
 
 
+# Worker counts never need more than this; larger (or non-finite) targets saturate here.
+_MAX_TARGET = float(1 << 32)
+
+
 def ceil_clean(value: float) -> int:
-    """``ceil`` that ignores floating-point noise (4.000000000000001 -> 4)."""
+    """``ceil`` that ignores floating-point noise (4.000000000000001 -> 4), saturating at 2**32
+    for huge or infinite values (and treating NaN as 0), so extreme settings never overflow."""
+    if not value < _MAX_TARGET:
+        return 0 if value != value else int(_MAX_TARGET)
     return math.ceil(round(value, 9))
 
 

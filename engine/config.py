@@ -7,6 +7,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from . import limits
 from .types import CLASSES, NS_PER_S, ConfigError, OverflowPolicy, RetryPolicy
 
 
@@ -142,13 +143,13 @@ class CoreConfig:
             raise ConfigError("at least one pool is required")
         names: set[str] = set()
         for pool in self.pools:
-            _validate_pool(pool)
+            validate_pool(pool)
             if pool.name in names:
                 raise ConfigError(f"duplicate pool name {pool.name!r}")
             names.add(pool.name)
         rnames: set[str] = set()
         for res in self.resources:
-            _validate_resource(res)
+            validate_resource(res)
             if res.name in rnames:
                 raise ConfigError(f"duplicate resource name {res.name!r}")
             rnames.add(res.name)
@@ -156,58 +157,108 @@ class CoreConfig:
             raise ConfigError("id_epoch must fit in 16 bits")
         if self.id_shard is not None and not 0 <= self.id_shard < 256:
             raise ConfigError("id_shard must fit in 8 bits")
-        if self.retention < 0 or self.retention_max < 0:
-            raise ConfigError("retention must not be negative")
-        if self.metrics_window <= 0:
-            raise ConfigError("metrics_window must be positive")
-        for values in (self.priority.base, self.priority.aging_rate, self.priority.age_cap):
+        _require(limits.duration_problem(self.retention, "retention"))
+        if not limits.is_int(self.retention_max) or self.retention_max < 0:
+            raise ConfigError("retention_max must be a non-negative integer")
+        _require(limits.duration_problem(self.metrics_window, "metrics_window", positive=True))
+        _require(limits.duration_problem(self.urgency.window, "urgency.window"))
+        for what, number in (("urgency.max", self.urgency.max), ("urgency.overdue_rate", self.urgency.overdue_rate),
+                             ("urgency.overdue_cap", self.urgency.overdue_cap)):  # fmt: skip
+            _require(limits.factor_problem(number, what, low=0.0))
+        for what, values in (("priority.base", self.priority.base), ("priority.aging_rate", self.priority.aging_rate),
+                             ("priority.age_cap", self.priority.age_cap)):  # fmt: skip
             if len(values) != CLASSES:
                 raise ConfigError("priority settings need one value per class")
+            for value in values:
+                _require(limits.factor_problem(value, what, low=0.0))
+        _validate_bounds("global bounds", self.global_bounds)
 
 
-def _validate_pool(pool: PoolConfig) -> None:
-    if not pool.name or "\0" in pool.name:
+def _require(problem: str | None, pool: str | None = None) -> None:
+    if problem is not None:
+        raise ConfigError(problem if pool is None else f"pool {pool!r}: {problem}")
+
+
+def _validate_bounds(what: str, bounds: Bounds) -> None:
+    for bound in (bounds.max_pending, *bounds.per_class):
+        if bound is not None and (not limits.is_int(bound) or bound < 0):
+            raise ConfigError(f"{what}: pending bounds must be non-negative integers")
+
+
+def validate_pool(pool: PoolConfig) -> None:
+    """Raise ConfigError when a pool's settings are out of range (``CoreConfig.validate`` runs it)."""
+    name = pool.name
+    if not isinstance(name, str) or not name or "\0" in name:
         raise ConfigError("a pool needs a name without NUL characters")
-    if pool.min_workers < 0 or pool.max_workers < 0:
-        raise ConfigError(f"pool {pool.name!r}: worker counts must not be negative")
+    _require(limits.count_problem(pool.min_workers, "min_workers"), name)
+    _require(limits.count_problem(pool.max_workers, "max_workers"), name)
     if pool.min_workers > pool.max_workers:
-        raise ConfigError(f"pool {pool.name!r}: min ({pool.min_workers}) exceeds max ({pool.max_workers})")
-    if pool.initial_workers is not None and not 0 <= pool.initial_workers <= pool.max_workers:
-        raise ConfigError(f"pool {pool.name!r}: initial must be between 0 and max")
-    if not 0.0 <= pool.reservable_fraction <= 1.0 or math.isnan(pool.reservable_fraction):
-        raise ConfigError(f"pool {pool.name!r}: reservable_fraction must be within [0, 1]")
-    if pool.retry.max_attempts < 1:
-        raise ConfigError(f"pool {pool.name!r}: retry.max_attempts must be at least 1")
-    if pool.retry.multiplier < 1.0:
-        raise ConfigError(f"pool {pool.name!r}: retry.multiplier must be at least 1")
-    if pool.default_duration < 0 or pool.max_hold < 0:
-        raise ConfigError(f"pool {pool.name!r}: durations must not be negative")
-    if pool.lease_ttl is not None and pool.lease_ttl <= 0:
-        raise ConfigError(f"pool {pool.name!r}: lease_ttl must be positive")
+        raise ConfigError(f"pool {name!r}: min ({pool.min_workers}) exceeds max ({pool.max_workers})")
+    if pool.initial_workers is not None and (
+        not limits.is_int(pool.initial_workers) or not 0 <= pool.initial_workers <= pool.max_workers
+    ):
+        raise ConfigError(f"pool {name!r}: initial must be between 0 and max")
+    if limits.factor_problem(pool.reservable_fraction, "reservable_fraction", low=0.0, high=1.0):
+        raise ConfigError(f"pool {name!r}: reservable_fraction must be within [0, 1]")
+    retry = pool.retry
+    if not limits.is_int(retry.max_attempts) or retry.max_attempts < 1:
+        raise ConfigError(f"pool {name!r}: retry.max_attempts must be at least 1")
+    _require(limits.count_problem(retry.max_attempts, "retry.max_attempts", low=1), name)
+    if limits.factor_problem(retry.multiplier, "retry.multiplier", low=1.0):
+        raise ConfigError(f"pool {name!r}: retry.multiplier must be a finite number of at least 1")
+    _require(limits.duration_problem(retry.initial_backoff, "retry.initial_backoff"), name)
+    _require(limits.duration_problem(retry.max_backoff, "retry.max_backoff"), name)
+    _require(limits.duration_problem(pool.default_duration, "default_duration"), name)
+    _require(limits.duration_problem(pool.max_hold, "max_hold"), name)
+    if pool.lease_ttl is not None:
+        if limits.is_int(pool.lease_ttl) and pool.lease_ttl <= 0:
+            raise ConfigError(f"pool {name!r}: lease_ttl must be positive")
+        _require(limits.duration_problem(pool.lease_ttl, "lease_ttl", positive=True), name)
+    if pool.await_timeout is not None:
+        _require(limits.duration_problem(pool.await_timeout, "await_timeout"), name)
+    _validate_bounds(f"pool {name!r}", pool.bounds)
     scale = pool.autoscale
     if scale is not None:
-        if not 0.0 < scale.target_utilization <= 1.0:
-            raise ConfigError(f"pool {pool.name!r}: target_utilization must be within (0, 1]")
-        if scale.interval <= 0 or scale.drain_time <= 0:
-            raise ConfigError(f"pool {pool.name!r}: autoscale interval and drain_time must be positive")
-        if not 0.0 < scale.ewma_alpha <= 1.0:
-            raise ConfigError(f"pool {pool.name!r}: ewma_alpha must be within (0, 1]")
-        if any(s is not None and s <= 0 for s in scale.slo):
-            raise ConfigError(f"pool {pool.name!r}: SLOs must be positive")
+        if limits.factor_problem(scale.target_utilization, "target_utilization", low=0.0, high=1.0, low_open=True):
+            raise ConfigError(f"pool {name!r}: target_utilization must be within (0, 1]")
+        for what, value in (("interval", scale.interval), ("drain_time", scale.drain_time)):
+            if limits.is_int(value) and value <= 0:
+                raise ConfigError(f"pool {name!r}: autoscale interval and drain_time must be positive")
+            _require(limits.duration_problem(value, f"autoscale {what}", positive=True), name)
+        spans = (("reservation_horizon", scale.reservation_horizon),
+                 ("stabilization_window", scale.stabilization_window), ("cooldown", scale.cooldown))  # fmt: skip
+        for what, value in spans:
+            _require(limits.duration_problem(value, f"autoscale {what}"), name)
+        if limits.factor_problem(scale.ewma_alpha, "ewma_alpha", low=0.0, high=1.0, low_open=True):
+            raise ConfigError(f"pool {name!r}: ewma_alpha must be within (0, 1]")
+        if len(scale.slo) != CLASSES:
+            raise ConfigError(f"pool {name!r}: autoscale slo needs one entry per class")
+        for slo in scale.slo:
+            if slo is not None and limits.is_int(slo) and slo <= 0:
+                raise ConfigError(f"pool {name!r}: SLOs must be positive")
+            if slo is not None:
+                _require(limits.duration_problem(slo, "autoscale slo", positive=True), name)
+        _require(limits.factor_problem(scale.max_step_up_ratio, "max_step_up_ratio", low=0.0), name)
+        _require(limits.count_problem(scale.max_step_up_abs, "max_step_up_abs"), name)
+        _require(limits.count_problem(scale.max_step_down, "max_step_down"), name)
+        _require(limits.factor_problem(scale.cost_per_worker_second, "cost_per_worker_second", low=0.0), name)
     if pool.fairness is not None:
         for tenant, weight in pool.fairness.weights.items():
-            if not weight > 0 or math.isinf(weight):
-                raise ConfigError(f"pool {pool.name!r}: weight of tenant {tenant!r} must be positive")
+            if limits.factor_problem(weight, "weight", low=0.0, low_open=True):
+                raise ConfigError(f"pool {name!r}: weight of tenant {tenant!r} must be positive")
 
 
-def _validate_resource(res: ResourceConfig) -> None:
-    if not res.name or "\0" in res.name:
+def validate_resource(res: ResourceConfig) -> None:
+    """Raise ConfigError when a resource's settings are out of range."""
+    if not isinstance(res.name, str) or not res.name or "\0" in res.name:
         raise ConfigError("a resource needs a name without NUL characters")
     if res.kind is ResourceKind.SEMAPHORE:
-        if res.permits < 1:
+        if not limits.is_int(res.permits) or res.permits < 1:
             raise ConfigError(f"resource {res.name!r}: permits must be at least 1")
+        _require(limits.count_problem(res.permits, f"resource {res.name!r}: permits", low=1))
     else:
-        if res.burst < 1:
+        if not limits.is_int(res.burst) or res.burst < 1:
             raise ConfigError(f"resource {res.name!r}: burst must be at least 1")
-        if not res.rate > 0 or math.isinf(res.rate):
+        _require(limits.count_problem(res.burst, f"resource {res.name!r}: burst", low=1))
+        if limits.factor_problem(res.rate, "rate", low=0.0, low_open=True):
             raise ConfigError(f"resource {res.name!r}: rate must be positive")

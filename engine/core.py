@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Final
 
-from . import admission, invariants, metrics, recovery, recurring
+from . import admission, invariants, limits, metrics, recovery, recurring
 from .actions import (
     Abort,
     AbortReason,
@@ -36,6 +36,7 @@ from .actions import (
 )
 from .config import CoreConfig, PoolConfig, UnknownDependencyPolicy
 from .ids import IdAllocator
+from .limits import MAX_DURATION, add_ns
 from .listing import IdIndex, merged
 from .resources import ResourceTable
 from .snapshot import TOTAL_NAMES, Snapshot
@@ -98,8 +99,10 @@ from .types import (
     AdmissionError,
     CancelledByExecutor,
     EdgeCond,
+    EngineFault,
     Failure,
     FixedStart,
+    InvalidRequest,
     MissPolicy,
     Outcome,
     OverflowPolicy,
@@ -227,6 +230,12 @@ class Core:
     @property
     def running(self) -> int:
         return self._running
+
+    @property
+    def last_id(self) -> int:
+        """The latest task id handed out (ids only grow): the tasks a call created have the ids
+        above the value read before it."""
+        return self._ids.high_water
 
     def active_leases(self) -> list[tuple[int, int]]:
         """(lease id, task id) of every running attempt."""
@@ -705,9 +714,7 @@ class Core:
         task.status = _BLOCKED if blocked else _READY
         pool.counts[STATUS_INDEX[task.status._value_]][cls] += 1
         if self._persist:
-            self._mutations.append(
-                PutTask(TaskRecord(task.id, pool.name, spec, now, task.status, task.max_attempts))
-            )
+            self._mutations.append(PutTask(TaskRecord(task.id, pool.name, spec, now, task.status, task.max_attempts)))
         if task.fixed is not None:
             self._arm_fixed(task, now)
         if task.awaiting is not None and pool.config.await_timeout is not None:
@@ -940,7 +947,10 @@ class Core:
         timers = self._timers
         while timers and timers[0][0] <= now:
             _, _, kind, obj, gen = heapq.heappop(timers)
-            self._fire(kind, obj, gen, now)
+            try:
+                self._fire(kind, obj, gen, now)
+            except Exception as error:
+                raise _fault(error, obj) from error
         if self._retained:
             self._expire_retained(now)
         if self._has_resources:
@@ -995,7 +1005,10 @@ class Core:
                     head.qgen += 1
                     head.where = NOWHERE
                     pool.due_live -= 1
-                    self._try_start(pool, head, now)
+                    try:
+                        self._try_start(pool, head, now)
+                    except Exception as error:
+                        raise EngineFault.wrap(error, task_id=head.id) from error
                     continue
             if idle - pool.held <= 0:
                 return
@@ -1011,8 +1024,9 @@ class Core:
                 if task is not None:
                     waited = now - task.submitted_at
                     score = base[cls] + min(aging[cls] * waited, age_cap[cls])
-                    if score > best_score or (score == best_score and best is not None and task.seq < best.seq
-                                              and cls == best.cls):
+                    if score > best_score or (
+                        score == best_score and best is not None and task.seq < best.seq and cls == best.cls
+                    ):
                         best, best_score, best_lane = task, score, 0
                 if edf_live[cls]:
                     task = edf[cls].peek()
@@ -1038,7 +1052,10 @@ class Core:
             best.qgen += 1
             best.where = NOWHERE
             ready[cls] -= 1
-            self._try_start(pool, best, now)
+            try:
+                self._try_start(pool, best, now)
+            except Exception as error:
+                raise EngineFault.wrap(error, task_id=best.id) from error
 
     def _ceilings(self, edf_live: list[int]) -> list[float]:
         """For each class, the best score any task of that class or a lower one can reach."""
@@ -1187,18 +1204,21 @@ class Core:
                 lease.task.pool.totals["stale_completions"] += 1
             return False
         task = lease.task
-        bucket = self._end_lease(lease, now, ran=True)
-        if type(outcome) is Success:
-            bucket.succeeded += 1
-            self._finish(task, _SUCCEEDED, now, None, outcome.output, True)
-        elif isinstance(outcome, Failure):
-            bucket.failed += 1
-            if outcome.permanent:
-                self._finish(task, _FAILED, now, outcome.message)
-            else:
-                self._fail_attempt(task, now, outcome.message, outcome.retry_after)
-        elif isinstance(outcome, CancelledByExecutor):
-            self._finish(task, _CANCELLED, now, outcome.message or "cancelled by the executor")
+        try:
+            bucket = self._end_lease(lease, now, ran=True)
+            if type(outcome) is Success:
+                bucket.succeeded += 1
+                self._finish(task, _SUCCEEDED, now, None, outcome.output, True)
+            elif isinstance(outcome, Failure):
+                bucket.failed += 1
+                if outcome.permanent:
+                    self._finish(task, _FAILED, now, outcome.message)
+                else:
+                    self._fail_attempt(task, now, outcome.message, outcome.retry_after)
+            elif isinstance(outcome, CancelledByExecutor):
+                self._finish(task, _CANCELLED, now, outcome.message or "cancelled by the executor")
+        except Exception as error:
+            raise EngineFault.wrap(error, task_id=task.id) from error
         return True
 
     def heartbeat(self, now: int, lease_id: int) -> bool:
@@ -1312,8 +1332,8 @@ class Core:
             if policy.jitter and delay > 0:
                 delay = int(self._rng.random() * delay)
             if retry_after is not None and retry_after > delay:
-                delay = retry_after
-            task.retry_at = now + delay
+                delay = retry_after if retry_after < MAX_DURATION else MAX_DURATION
+            task.retry_at = add_ns(now, delay)
             task.message = message
             self._move(task, _RETRYING)
             self.totals["retries"] += 1
@@ -1386,9 +1406,7 @@ class Core:
         if task.awaiting is not None:
             self._forget_awaits(task)
         if self._persist:
-            self._mutations.append(
-                SetStatus(task.id, status, task.attempt, now, message, None, output, has_output)
-            )
+            self._mutations.append(SetStatus(task.id, status, task.attempt, now, message, None, output, has_output))
         self._actions.append(
             Resolve(task.id, pool.name, task.key, status, task.attempt, now, message, output, has_output)
         )
@@ -1460,7 +1478,24 @@ class Core:
             raise UnknownTask(f"unknown task {ref!r}")
         if task.status.terminal:
             return False
-        self._finish(task, _CANCELLED, now, "cancelled")
+        try:
+            self._finish(task, _CANCELLED, now, "cancelled")
+        except Exception as error:
+            raise EngineFault.wrap(error, task_id=task.id) from error
+        return True
+
+    def dead_letter(self, now: int, task_id: int, message: str) -> bool:
+        """End a live task as DeadLettered with ``message`` (its attempt, if any, is aborted).
+
+        How a driver contains a task whose handling raised (see ``EngineFault``); every pool is
+        dispatched again on the next tick, since the step that raised may have stopped half-way.
+        False when the task is unknown or already finished.
+        """
+        self._dirty.update(self._pool_list)
+        task = self._tasks.get(task_id)
+        if task is None or task.status.terminal:
+            return False
+        self._finish(task, _DEAD, now, message)
         return True
 
     def _lookup(self, ref: TaskRef) -> Task | None:
@@ -1481,8 +1516,8 @@ class Core:
         pool = self._pools.get(pool_name)
         if pool is None:
             raise AdmissionError(SubmitCode.UNKNOWN_POOL, f"unknown pool {pool_name!r}")
-        if capacity < 0:
-            raise ValueError("capacity must not be negative")
+        if not limits.is_int(capacity) or not 0 <= capacity <= limits.MAX_COUNT:
+            raise InvalidRequest(f"capacity must be an integer between 0 and {limits.MAX_COUNT}, not {capacity!r}")
         key: LabelKey = frozenset(labels.items())
         group = pool.groups.get(key)
         if group is None:
@@ -1664,12 +1699,10 @@ class Core:
     def list_recurring(self) -> list[RecurringInfo]:
         return recurring.infos(self)
 
-
-
-
-
-
-
+    def suspend_recurring(self, name: str) -> bool:
+        """Stop creating occurrences of a schedule whose handling raised; it is listed as invalid
+        until it is added again. False when there is no such (valid) schedule."""
+        return recurring.suspend(self, name)
 
     # ------------------------------------------------------------------------------------------
     # Reads
@@ -1759,19 +1792,41 @@ class Core:
             pools.append(metrics.pool_snapshot(self, pool, now))
         return Snapshot(pools, self.live_tasks, self._running, self._pending, dict(self.totals))
 
-
     # ------------------------------------------------------------------------------------------
     # Recovery
-
-
 
     # ------------------------------------------------------------------------------------------
     # Invariants (for tests and debugging; O(tasks))
 
+    def restore(self, now: int, recovered: Recovered, *, dead: Mapping[int, str] | None = None,
+                suspended: Iterable[str] = ()) -> list[tuple[int, str]]:  # fmt: skip
+        """Re-create what a durable store recovered (see ``recovery.restore``); fresh engines only.
 
-    def restore(self, now: int, recovered: Recovered) -> None:
-        """Re-create what a durable store recovered (see ``recovery.restore``); fresh engines only."""
-        recovery.restore(self, now, recovered)
+        Tasks in ``dead`` (id -> message) come back dead-lettered and schedules in ``suspended``
+        come back invalid: how a driver leaves out what made an earlier engine fault. A task or
+        schedule that faults while it is restored raises ``EngineFault`` naming it. Returns the
+        tasks restore dead-lettered because their values are out of range: ``(id, message)``.
+        """
+        return recovery.restore(self, now, recovered, dead or {}, frozenset(suspended))
+
+    def adopt(self, old: Core, now: int) -> None:
+        """Take over the run-time state of ``old``, the engine this freshly restored one replaces:
+        worker capacities, the id floors (no task or lease id is handed out twice), the totals and
+        the dispatch and transition switches."""
+        self._ids.raise_floor(old._ids.high_water)
+        self._lease_ids.raise_floor(old._lease_ids.high_water)
+        for name, count in old.totals.items():
+            self.totals[name] = self.totals.get(name, 0) + count
+        for old_pool in old._pool_list:
+            if old_pool.name not in self._pools:
+                continue
+            pool_totals = self._pools[old_pool.name].totals
+            for name, count in old_pool.totals.items():
+                pool_totals[name] = pool_totals.get(name, 0) + count
+            for group in list(old_pool.groups.values()):
+                self.set_group_capacity(now, old_pool.name, dict(group.key), group.capacity)
+        self.dispatch_enabled = old.dispatch_enabled
+        self._emit_transitions = old._emit_transitions
 
     def check_invariants(self) -> None:
         """Raise AssertionError if the engine's bookkeeping is inconsistent (tests, debugging)."""
@@ -1789,6 +1844,17 @@ class Core:
             self._mutations = []
             actions.insert(0, Persist(mutations))
         return actions
+
+
+def _fault(error: Exception, obj: object) -> EngineFault:
+    """A fault for an exception raised while a timer of ``obj`` fired, naming its task or schedule."""
+    if isinstance(obj, Task):
+        return EngineFault.wrap(error, task_id=obj.id)
+    if isinstance(obj, LeaseState):
+        return EngineFault.wrap(error, task_id=obj.task.id)
+    if isinstance(obj, Schedule):
+        return EngineFault.wrap(error, schedule=obj.spec.name)
+    return EngineFault.wrap(error)
 
 
 def _first(tasks: Iterable[Task], spare: frozenset[int]) -> Task | None:

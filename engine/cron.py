@@ -53,6 +53,9 @@ MAX_YEARS_BETWEEN_OCCURRENCES: Final = 50
 
 MAX_EXPR_LEN: Final = 1024
 
+# Occurrences are persisted as int64 nanoseconds: none may lie past the largest one.
+_MAX_NS: Final = (1 << 63) - 1
+
 _NICKNAMES: Final[dict[str, str]] = {
     "@yearly": "0 0 1 1 *",
     "@annually": "0 0 1 1 *",
@@ -143,13 +146,17 @@ class CronSchedule:
         try:
             if self._zone is None:
                 wall = _next_wall(self._croniter_expr, _naive(after_s))
-                return _seconds(wall) * NS_PER_S
-            return _next_in_zone(self._croniter_expr, self._zone, after_s) * NS_PER_S
+                found = _seconds(wall) * NS_PER_S
+            else:
+                found = _next_in_zone(self._croniter_expr, self._zone, after_s) * NS_PER_S
         except (OverflowError, ValueError):
+            found = None
+        if found is None or not 0 <= found <= _MAX_NS:
             raise ConfigError(
                 f"cron schedule {self.expr!r}: no occurrence after {after_ns} ns within "
-                f"{MAX_YEARS_BETWEEN_OCCURRENCES} years and the supported date range (years 1-9999)"
-            ) from None
+                f"{MAX_YEARS_BETWEEN_OCCURRENCES} years and the supported range (1970 to 2262)"
+            )
+        return found
 
 
 def rfc3339_utc(ns: int) -> str:
@@ -277,9 +284,7 @@ def _load_zone(tz: object) -> ZoneInfo:
     try:
         return ZoneInfo(tz)
     except (ZoneInfoNotFoundError, ValueError, OSError):
-        raise ConfigError(
-            f"unknown time zone {tz!r}: expected an IANA name such as 'Europe/Lisbon'"
-        ) from None
+        raise ConfigError(f"unknown time zone {tz!r}: expected an IANA name such as 'Europe/Lisbon'") from None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -66,8 +66,9 @@ def check_invariants(core: Core) -> None:
         assert pool.busy == sum(g.busy for g in pool.groups.values())
     for name, total in core.totals.items():
         share = sum(pool.totals[name] for pool in core._pool_list)
-        # Stale reports for unknown leases and schedules of a vanished pool belong to no pool.
-        unattributed = name in ("stale_completions", "recurring_invalid")
+        # Stale reports for unknown leases, schedules of a vanished pool and the engine's own faults
+        # (which the driver counts) belong to no pool.
+        unattributed = name in ("stale_completions", "recurring_invalid", "engine_errors")
         assert share == total or (unattributed and share <= total), (name, share, total)
     for key, task_id in core._keys.items():
         assert task_id in core._tasks and core._tasks[task_id].key == key, key

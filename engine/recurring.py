@@ -12,7 +12,7 @@ import contextlib
 import re
 from typing import TYPE_CHECKING
 
-from . import admission
+from . import admission, limits
 from .actions import DeleteRecurring, PutRecurring
 from .cron import CronSchedule, rfc3339_utc
 from .state import IN_DUE, T_RECUR, Pool, Schedule, Task
@@ -56,12 +56,7 @@ def add(core: Core, now: int, spec: RecurringSpec) -> None:
     template = spec.template
     pool = check_template(core, template)
     cron = CronSchedule.parse(spec.cron, spec.tz)
-    if "\0" in spec.name or not spec.name:
-        raise ConfigError("a schedule needs a name without NUL characters")
-    if spec.tolerance < 0:
-        raise ConfigError("tolerance must not be negative")
-    if spec.deadline_after is not None and spec.deadline_after < 0:
-        raise ConfigError("deadline_in must not be negative")
+    check_values(spec)
     schedule = Schedule(spec, cron)
     previous = core._schedules.get(spec.name)
     if previous is not None:
@@ -122,6 +117,33 @@ def remove(core: Core, now: int, name: str) -> bool:
     return True
 
 
+def check_values(spec: RecurringSpec) -> None:
+    """Raise ConfigError when the schedule's own fields (not its template) are malformed."""
+    if not spec.name or admission.text_problem("name", spec.name) is not None:
+        raise ConfigError("a schedule needs a name without NUL characters")
+    if spec.tz is not None and admission.text_problem("tz", spec.tz) is not None:
+        raise ConfigError("the time zone must be text without NUL characters")
+    if limits.is_int(spec.tolerance) and spec.tolerance < 0:
+        raise ConfigError("tolerance must not be negative")
+    problem = limits.duration_problem(spec.tolerance, "tolerance")
+    if problem is None and spec.deadline_after is not None:
+        if limits.is_int(spec.deadline_after) and spec.deadline_after < 0:
+            raise ConfigError("deadline_in must not be negative")
+        problem = limits.duration_problem(spec.deadline_after, "deadline_in")
+    if problem is not None:
+        raise ConfigError(problem)
+
+
+def suspend(core: Core, name: str) -> bool:
+    schedule = core._schedules.get(name)
+    if schedule is None or schedule.invalid:
+        return False
+    schedule.invalid = True
+    schedule.timer_gen += 1  # its armed timer no longer fires
+    core.totals["recurring_invalid"] += 1
+    return True
+
+
 def check_template(core: Core, template: TaskSpec) -> Pool:
     if template.deadline is not None:
         raise ConfigError("a recurring template may not set an absolute deadline (use deadline_in)")
@@ -146,8 +168,7 @@ def arm(core: Core, schedule: Schedule, pool: Pool, now: int) -> None:
     if schedule.next_at is None or schedule.paused:
         return
     spec = schedule.spec
-    fake = Task(0, pool, TaskSpec(fixed_start=FixedStart(schedule.next_at, spec.tolerance)), now,
-                pool.config.retry)
+    fake = Task(0, pool, TaskSpec(fixed_start=FixedStart(schedule.next_at, spec.tolerance)), now, pool.config.retry)
     lead = min(core._hold_lead(pool, fake, now) + spec.tolerance, pool.config.max_hold)
     create_at = schedule.next_at - lead
     if schedule.last_start is not None:
@@ -188,7 +209,7 @@ def create_occurrence(core: Core, schedule: Schedule, now: int) -> None:
         kind=template.kind,
         priority=template.priority,
         key=key,
-        deadline=start + spec.deadline_after if spec.deadline_after is not None else None,
+        deadline=limits.add_ns(start, spec.deadline_after) if spec.deadline_after is not None else None,
         fixed_start=FixedStart(start, spec.tolerance, spec.on_miss),
         duration_hint=template.duration_hint,
         timeout=template.timeout,
@@ -219,7 +240,13 @@ def create_occurrence(core: Core, schedule: Schedule, now: int) -> None:
     if created is not None:
         schedule.last_task_id = created.id
     schedule.last_start = start
-    schedule.next_at = schedule.cron.next_after(max(start, now - 1))
+    try:
+        schedule.next_at = schedule.cron.next_after(max(start, now - 1))
+    except ConfigError:
+        # No occurrence left within the supported range: the schedule has run its course.
+        schedule.next_at = None
+        schedule.invalid = True
+        core.totals["recurring_invalid"] += 1
     persist(core, schedule)
     arm(core, schedule, pool, now)
 

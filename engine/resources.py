@@ -118,12 +118,17 @@ def _refill_time(res: _Resource, need: float, now: int) -> int:
     The closed form is rounded up, then nudged until it agrees with ``_tokens_at``, so a
     timer set for the returned time always finds the tokens there. Float rounding only moves
     the closed form at very slow rates (about 1e-7 tokens/s and below); there the result may
-    still be a few ns later than the true earliest time, never earlier.
+    still be a few ns later than the true earliest time, never earlier. A bucket so slow that
+    the tokens are more than 2**62 ns away gets that far-off time instead, to be looked at again.
     """
     if _tokens_at(res, now) >= need:
         return now
     delay = (need - res.tokens) * _NS_F / res.rate
-    t = res.stamp + (math.ceil(delay) if delay < _MAX_DELAY else _MAX_DELAY)
+    if not delay < _MAX_DELAY:
+        # So slow a bucket refills past any horizon worth a timer: look again then, without
+        # searching (the search below would double ``t`` until the float arithmetic overflows).
+        return max(res.stamp, now) + _MAX_DELAY
+    t = res.stamp + math.ceil(delay)
     if t <= now:
         t = now + 1
     step = 1

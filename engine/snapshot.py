@@ -21,6 +21,7 @@ TOTAL_NAMES: tuple[str, ...] = (
     "stale_completions",
     "recurring_conflicts",
     "recurring_invalid",
+    "engine_errors",
 )
 
 

@@ -51,7 +51,6 @@ def edge_satisfied(cond: EdgeCond, status: TaskStatus) -> bool:
     return True
 
 
-
 LabelKey = frozenset[tuple[str, str]]
 NO_LABELS: Final[LabelKey] = frozenset()
 
@@ -241,8 +240,7 @@ class Pool:
         self.reservations = ReservationBook(config.reservation_limit)
         self.window = MetricsWindow(window, 12, now)
         self.autoscaler: Autoscaler | None = (
-            Autoscaler(config.autoscale, config.min_workers, config.max_workers, config.default_duration,
-                       initial, now)
+            Autoscaler(config.autoscale, config.min_workers, config.max_workers, config.default_duration, initial, now)
             if config.autoscale is not None
             else None
         )

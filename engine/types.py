@@ -6,6 +6,7 @@ All times are ``int`` nanoseconds since the Unix epoch; all durations are ``int`
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
@@ -31,13 +32,11 @@ class Priority(enum.IntEnum):
     NORMAL = 2
     LOW = 3
 
-    @property
-    def name(self) -> str:
-        """Lower-case class name (``critical``, ``high``, ``normal``, ``low``), as published."""
-        return self._name_.lower()
+    # ``name`` is the member name (``"HIGH"``), as the published ``cronoq.Priority`` has it.
 
     @property
     def label(self) -> str:
+        """Lower-case class name (``critical``, ``high``, ``normal``, ``low``), as the wire spells it."""
         return self._name_.lower()
 
     @classmethod
@@ -57,9 +56,7 @@ class Priority(enum.IntEnum):
             try:
                 return cls[value.strip().upper()]
             except KeyError:
-                raise ValueError(
-                    f"invalid priority {value!r}: expected critical, high, normal or low"
-                ) from None
+                raise ValueError(f"invalid priority {value!r}: expected critical, high, normal or low") from None
         raise ValueError(f"invalid priority {value!r}")
 
 
@@ -100,9 +97,7 @@ TERMINAL_STATUSES: Final = frozenset(
 TERMINAL_VALUES: Final = frozenset(status.value for status in TERMINAL_STATUSES)
 
 # Statuses in which a task counts as pending for backpressure bounds.
-PENDING_STATUSES: Final = frozenset(
-    {TaskStatus.BLOCKED, TaskStatus.SCHEDULED, TaskStatus.READY, TaskStatus.RETRYING}
-)
+PENDING_STATUSES: Final = frozenset({TaskStatus.BLOCKED, TaskStatus.SCHEDULED, TaskStatus.READY, TaskStatus.RETRYING})
 
 
 class MissPolicy(enum.Enum):
@@ -135,9 +130,7 @@ class EdgeCond(enum.Enum):
         try:
             return cls(name)
         except ValueError:
-            raise ValueError(
-                f"invalid dependency condition {value!r}: expected success, failure or complete"
-            ) from None
+            raise ValueError(f"invalid dependency condition {value!r}: expected success, failure or complete") from None
 
 
 class OverflowPolicy(enum.Enum):
@@ -179,10 +172,30 @@ class RetryPolicy:
         return cls(max_attempts=1)
 
     def backoff(self, next_attempt: int) -> int:
-        """Un-jittered delay before attempt ``next_attempt`` (>= 2)."""
-        exponent = max(next_attempt - 2, 0)
-        delay = self.initial_backoff * (self.multiplier**exponent)
-        return int(min(delay, float(self.max_backoff)))
+        """Un-jittered delay before attempt ``next_attempt`` (>= 2):
+        ``min(initial_backoff * multiplier ** (next_attempt - 2), max_backoff)``.
+
+        Computed without ever forming a power that could overflow: once the exponent reaches the
+        point where the delay would pass ``max_backoff`` (found with logarithms), the result is
+        ``max_backoff``. Any attempt number and any finite multiplier give a delay in
+        ``[0, max(initial_backoff, max_backoff)]``; a non-finite multiplier counts as no growth
+        when it is NaN and as immediate saturation when it is infinite.
+        """
+        initial = self.initial_backoff
+        ceiling = self.max_backoff
+        if initial >= ceiling:
+            return ceiling if ceiling > 0 else 0
+        exponent = next_attempt - 2
+        multiplier = self.multiplier
+        if exponent <= 0 or initial <= 0 or not multiplier > 1.0:
+            return initial
+        if multiplier == math.inf:
+            return ceiling
+        # initial * m**k < ceiling  <=>  k < log(ceiling / initial) / log(m)
+        if exponent >= math.log(ceiling / initial) / math.log(multiplier):
+            return ceiling
+        delay = int(initial * multiplier**exponent)
+        return delay if delay < ceiling else ceiling
 
 
 EMPTY_STR_MAP: Final[Mapping[str, str]] = {}
@@ -293,3 +306,33 @@ class ConfigError(EngineError):
 
 class UnknownTask(EngineError):
     """No live or retained task has this id or key."""
+
+
+class InvalidRequest(EngineError, ValueError):
+    """A call with an argument out of range (a negative capacity, ...); nothing was changed."""
+
+
+class EngineFault(Exception):
+    """An unexpected exception inside the engine, tagged with what it was working on.
+
+    Raised instead of the original exception (kept as ``__cause__``) where the engine can tell
+    which task (``task_id``) or schedule (``schedule``) it was handling. The engine's state may
+    be half-updated: the driver must not keep using it, but rebuild it from the store (with the
+    culprit dead-lettered) or, without a store, dead-letter the culprit and check the invariants.
+    Deliberately not an ``EngineError``: those are refusals that leave the state untouched.
+    """
+
+    def __init__(self, message: str, *, task_id: int | None = None, schedule: str | None = None) -> None:
+        super().__init__(message)
+        self.task_id = task_id
+        self.schedule = schedule
+
+    @classmethod
+    def wrap(cls, error: BaseException, *, task_id: int | None = None, schedule: str | None = None) -> EngineFault:
+        """A fault for ``error`` (an existing fault keeps its own culprit unless it has none)."""
+        if isinstance(error, EngineFault):
+            if error.task_id is None and error.schedule is None:
+                error.task_id, error.schedule = task_id, schedule
+            return error
+        what = f"task {task_id}" if task_id is not None else f"schedule {schedule!r}" if schedule else "the engine"
+        return cls(f"{type(error).__name__} while handling {what}: {error}", task_id=task_id, schedule=schedule)

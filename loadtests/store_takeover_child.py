@@ -82,7 +82,7 @@ async def lead(store_spec: str, total: int) -> None:
     async def never(ctx: cronoq.TaskContext, payload: Any) -> None:
         raise AssertionError("the leader's pool has no slots")
 
-    pool = cronoq.Pool("default", never, min=0, max=0, autoscale=False)
+    pool = cronoq.Pool("default", never, min=0, max=1, initial=0, autoscale=False)
     async with cronoq.Scheduler([pool], store=open_store(store_spec, timed=False)) as sched:
         driver = sched._driver
         say("LEADER", driver.epoch if driver is not None else "?")

@@ -24,21 +24,25 @@ from cronoq.engine import (
     Core,
     CoreConfig,
     Dispatch,
+    EngineError,
+    EngineFault,
     Mutation,
     Persist,
     Publish,
+    Recovered,
     Resolve,
     Scale,
     SpaceAvailable,
     StatusEvent,
 )
 from cronoq.engine.types import NS_PER_S
-from cronoq.stores.base import Fenced, Store, StoreError, Unavailable
+from cronoq.stores.base import Fenced, Store, StoreError, Unavailable, Unstorable
+
+from .faults import LOGGED_REJECTS, MAX_CONSECUTIVE_FAULTS, Command, Rebuild, creator, culprit_message, names_culprit
 
 log = logging.getLogger("cronoq.shard")
 
 T = TypeVar("T")
-Command = Callable[[Core, int], Any]
 
 
 # Run the next step while the previous commit is in flight only when this much work is queued
@@ -47,6 +51,7 @@ Command = Callable[[Core, int], Any]
 # count alone would keep the engine waiting for each commit, and the store for each step.
 PIPELINE_MIN_COMMANDS = 64
 PIPELINE_MIN_MUTATIONS = 64
+
 
 
 class NotLeader(Exception):
@@ -194,6 +199,10 @@ class Driver:
         self.stop_reason: str | None = None
         self.on_step_down: Callable[[str], None] | None = None
         self._gc_tuned = False
+        self._leading_config = config
+        self._consecutive_faults = 0
+        # Commands that already ran in a step that faulted (kept alive so their ids stay theirs).
+        self._retried: dict[int, Command] = {}
 
     # ------------------------------------------------------------------------------------------
     # Lifecycle
@@ -208,6 +217,7 @@ class Driver:
             epoch = await store.acquire_leadership()
         self.epoch = epoch
         config = _with_epoch(self._config, epoch, persist=store is not None)
+        self._leading_config = config
         now = self._clock()
         core = Core(config, now=now)
         if store is not None:
@@ -217,7 +227,7 @@ class Driver:
             gc.disable()
             try:
                 recovered = await store.recover(now, config.retention)
-                core.restore(now, recovered)
+                core = self._restored(config, now, recovered, {}, set())
                 if recovered.tasks and collecting:
                     _GcTuning.freeze()
             finally:
@@ -355,6 +365,16 @@ class Driver:
     # The step loop
 
     async def _run(self) -> None:
+        """Step the engine until stopped; after an internal error, rebuild it from the store."""
+        while True:
+            try:
+                await self._steps()
+                return
+            except Rebuild as request:
+                if not await self._rebuild(request):
+                    return
+
+    async def _steps(self) -> None:
         """Step the engine. The commit of one step overlaps the engine work of the next: what a
         step produced is released (acks, dispatches, events) only once its own commit and every
         earlier one are durable, and commits happen strictly in step order."""
@@ -414,11 +434,22 @@ class Driver:
                         inflight.fail(NotLeader("not the leader (leadership lost)"))
                     await self._step_down("leadership lost")
                     return
-                step = self._step(core, clock())
+                try:
+                    step = self._step(core, clock())
+                except Rebuild:
+                    if inflight is not None:
+                        await self._release(inflight)  # an earlier, sound step: deliver it first
+                        inflight = None
+                    raise
                 if inflight is not None:
                     if step.mutations and prepare is not None:
                         prepare(step.mutations)  # encode it while the earlier commit is in flight
-                    await self._release(inflight)
+                    try:
+                        await self._release(inflight)
+                    except Rebuild as request:
+                        # This step was computed on top of the refused one: it is void too.
+                        step.fail(request.error)
+                        raise
                     inflight = None
                 if step.mutations:
                     step.commit = asyncio.get_running_loop().create_task(self._commit(step.mutations))
@@ -434,6 +465,10 @@ class Driver:
             if inflight is not None:
                 inflight.fail(StoreUnavailable(str(fatal)) if fatal.unavailable else NotLeader(str(fatal)))
             await self._step_down(str(fatal))
+        except Rebuild:
+            if inflight is not None and inflight.commit is not None:
+                inflight.commit.cancel()
+            raise
         except Exception as error:
             # The engine moved ahead of what the store holds: the only safe move is to stop.
             log.exception("engine step failed; stepping down")
@@ -445,28 +480,167 @@ class Driver:
         self._poke()  # the loop may be waiting for this commit or for a command, whichever first
 
     def _step(self, core: Core, now: int) -> _Step:
-        """Apply every queued command, fire timers and dispatch: one engine step."""
+        """Apply every queued command, fire timers and dispatch: one engine step.
+
+        A command refused by the engine (``EngineError``: admission errors, unknown tasks, ...)
+        changed nothing; the caller gets the error. Any other exception is an internal error that
+        may have left the engine half-updated (see ``_fault``).
+        """
         batch = self._queue
         self._queue = []
         done: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
-        for command, future in batch:
+        # The last task id before each command: the tasks a command created have the ids above
+        # its mark (and up to the next one).
+        marks: list[int] = []
+        for index, (command, future) in enumerate(batch):
+            last_id = core.last_id
+            marks.append(last_id)
             try:
                 result = command(core, now)
-            except Exception as refused:  # an admission error, unknown task, ...: the caller's
+            except EngineError as refused:  # the caller's error; the engine is unchanged
                 if future is not None:
                     done.append((future, None, refused))
                 else:
-                    log.debug("posted command failed: %r", refused)
+                    log.warning("a posted command was refused: %s", refused)
+                continue
+            except Exception as error:
+                self._fault(core, now, error, batch, index, last_id)
+                if future is not None:
+                    done.append((future, None, error))
                 continue
             if future is not None:
                 done.append((future, result, None))
-        core.tick(now)
+        for _ in range(MAX_CONSECUTIVE_FAULTS):
+            try:
+                core.tick(now)
+                break
+            except Exception as error:
+                self._fault(core, now, error, batch, creator(error, marks, core.last_id))
+        else:
+            raise _Fatal("repeated internal errors in the engine")
+        self._consecutive_faults = 0
+        if self._retried:
+            self._retried.clear()
         actions = core.drain_actions()
         mutations: list[Mutation] = []
         if actions and isinstance(actions[0], Persist):
             mutations = actions[0].mutations
             del actions[0]
         return _Step(done, actions, mutations)
+
+    def _fault(self, core: Core, now: int, error: Exception, batch: list[tuple[Command, asyncio.Future[Any] | None]],
+               index: int | None, last_id: int | None = None) -> None:  # fmt: skip
+        """Contain an internal error raised by ``batch[index]`` (``None``: by the timers and dispatch).
+
+        The engine may be half-updated, so its culprit (the task or schedule an ``EngineFault``
+        names) is taken out of play. With a store, the engine is rebuilt from the store with the
+        culprit dead-lettered (``Rebuild``): the step's commands run again on the new engine,
+        except the failing one, which runs again only once and only if the fault named a culprit.
+        Without a store, the culprit is dead-lettered in place, with every task the failing command
+        created (ids above ``last_id``: its caller gets the error, so none of them may run), and
+        the engine goes on only if its invariants still hold. Returns normally only then.
+        """
+        self._note_fault(core, error, "in a command" if index is not None else "while firing timers or dispatching")
+        self._consecutive_faults += 1
+        if self._consecutive_faults > MAX_CONSECUTIVE_FAULTS:
+            raise _Fatal("repeated internal errors in the engine") from error
+        if self._store is not None:
+            requeue = []
+            for position, (command, future) in enumerate(batch):
+                if position == index:
+                    if not names_culprit(error) or id(command) in self._retried:
+                        if future is not None and not future.done():
+                            future.set_exception(error)
+                        continue
+                    self._retried[id(command)] = command
+                requeue.append((command, future))
+            raise Rebuild(error, requeue)
+        try:
+            message = culprit_message(error)
+            if isinstance(error, EngineFault):
+                if error.task_id is not None:
+                    core.dead_letter(now, error.task_id, message)
+                elif error.schedule is not None:
+                    core.suspend_recurring(error.schedule)
+            if last_id is not None:
+                for task_id in range(last_id + 1, core.last_id + 1):
+                    core.dead_letter(now, task_id, message)
+            core.check_invariants()
+        except Exception as broken:
+            log.error("the engine is inconsistent after an internal error: %s", broken, exc_info=broken)
+            raise _Fatal("the engine is inconsistent after an internal error") from broken
+
+    def _note_fault(self, core: Core | None, error: BaseException, context: str) -> None:
+        if core is not None:
+            core.totals["engine_errors"] += 1
+        log.error("internal error in the engine %s: %s", context, error, exc_info=error)
+
+    def _restored(self, config: CoreConfig, now: int, recovered: Recovered, dead: dict[int, str],
+                  suspended: set[str]) -> Core:  # fmt: skip
+        """A fresh engine with ``recovered`` restored. A task (or schedule) whose restoring raises
+        is dead-lettered (suspended) and the restore starts over without it, so one bad row never
+        keeps the shard from leading."""
+        faults = 0
+        while True:
+            core = Core(config, now=now)
+            try:
+                rejected = core.restore(now, recovered, dead=dead, suspended=suspended)
+            except EngineFault as fault:
+                faults += 1
+                self._note_fault(None, fault, "while restoring")
+                if fault.task_id is not None and fault.task_id not in dead:
+                    dead[fault.task_id] = culprit_message(fault)
+                elif fault.schedule is not None and fault.schedule not in suspended:
+                    suspended.add(fault.schedule)
+                else:
+                    raise
+                continue
+            for task_id, message in rejected[:LOGGED_REJECTS]:
+                log.error("recovered task %d dead-lettered: %s", task_id, message)
+            if len(rejected) > LOGGED_REJECTS:
+                log.error("%d more recovered tasks dead-lettered for values out of range",
+                          len(rejected) - LOGGED_REJECTS)  # fmt: skip
+            core.totals["engine_errors"] += faults + recovered.quarantined
+            return core
+
+    async def _rebuild(self, request: Rebuild) -> bool:
+        """Replace a possibly half-updated engine by one restored from the store, with the culprit
+        of ``request`` dead-lettered, and queue the commands to run again. False if the driver
+        stepped down instead (the store failed, or the new engine would not restore)."""
+        old = self.core
+        store = self._store
+        assert old is not None and store is not None
+        running = [Abort(lease_id, task_id, "engine rebuilt after an internal error")
+                   for lease_id, task_id in old.active_leases()]  # fmt: skip
+        if running:
+            self._sink.abort(running)  # the rebuilt engine counts these attempts as interrupted
+        dead: dict[int, str] = {}
+        suspended: set[str] = set()
+        error = request.error
+        if isinstance(error, EngineFault):
+            if error.task_id is not None:
+                dead[error.task_id] = culprit_message(error)
+            elif error.schedule is not None:
+                suspended.add(error.schedule)
+        elif isinstance(error, Unstorable) and error.task_id is not None:
+            dead[error.task_id] = culprit_message(error)
+        now = self._clock()
+        try:
+            recovered = await store.recover(now, self._config.retention)
+            core = self._restored(self._leading_config, now, recovered, dead, suspended)
+        except Exception as failure:
+            log.error("rebuilding the engine failed: %s", failure, exc_info=failure)
+            await self._step_down(f"rebuilding the engine after an internal error failed: {failure}")
+            return False
+        # What ``recovered`` counted was counted when this leadership began.
+        core.totals["engine_errors"] -= recovered.quarantined
+        core.adopt(old, now)
+        self.core = core
+        self._queue[:0] = request.requeue
+        log.warning("engine rebuilt from the store after an internal error; %d commands run again",
+                    len(request.requeue))  # fmt: skip
+        self._poke()
+        return True
 
     async def _release(self, step: _Step) -> None:
         """Wait for a step's commit, then deliver what it produced."""
@@ -476,6 +650,14 @@ class Driver:
         except _Fatal as fatal:
             step.fail(StoreUnavailable(str(fatal)) if fatal.unavailable else NotLeader(str(fatal)))
             raise
+        except (ValueError, TypeError) as refused:
+            # The store could not encode the step: the engine holds what was never stored.
+            self._note_fault(self.core, refused, "while storing a step")
+            step.fail(refused)
+            self._consecutive_faults += 1
+            if self._consecutive_faults > MAX_CONSECUTIVE_FAULTS:
+                raise _Fatal("repeated internal errors in the engine") from refused
+            raise Rebuild(refused, []) from refused
         self._deliver(step)
 
     def _deliver(self, step: _Step) -> None:

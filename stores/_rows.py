@@ -63,7 +63,7 @@ from cronoq.engine.types import (
     TaskStatus,
 )
 
-from .base import Codec, Corrupt
+from .base import Codec, Corrupt, Unstorable
 
 # ---------------------------------------------------------------------------------------------
 # Column layouts
@@ -620,7 +620,28 @@ def _recurring_row(m: PutRecurring, codec: Codec) -> tuple[Any, ...]:
 
 
 def fold(mutations: Sequence[Mutation], codec: Codec) -> Batch:
-    """Validate and encode a step. Raises ValueError/TypeError before anything is written."""
+    """Validate and encode a step. Raises ``Unstorable`` (a ValueError and a TypeError) naming
+    the task of the first mutation that cannot be stored, before anything is written."""
+    try:
+        return _fold(mutations, codec)
+    except (ValueError, TypeError) as exc:
+        if isinstance(exc, Unstorable):
+            raise
+        raise Unstorable(str(exc), _failed_task(mutations, codec)) from exc
+
+
+def _failed_task(mutations: Sequence[Mutation], codec: Codec) -> int | None:
+    """The task of the first mutation that does not fold on its own (None: a schedule, or none)."""
+    for m in mutations:
+        try:
+            _fold([m], codec)
+        except (ValueError, TypeError):
+            task_id = m.task.id if isinstance(m, PutTask) else m.id if isinstance(m, SetStatus) else None
+            return task_id if type(task_id) is int else None
+    return None
+
+
+def _fold(mutations: Sequence[Mutation], codec: Codec) -> Batch:
     tasks: dict[int, list[Any]] = {}
     statuses: dict[int, list[Any]] = {}
     recurring: dict[str, tuple[Any, ...] | None] = {}
@@ -753,7 +774,7 @@ def quarantine_message(reason: str) -> str:
 
 
 def quarantined_task(row: Sequence[Any], reason: str, now: int) -> RecoveredTask:
-    """What recovery reports for a row it could not decode: a Failed task with what was legible."""
+    """What recovery reports for a row it could not decode: a dead-lettered task with what was legible."""
 
     def pick(index: int, kind: type, default: Any) -> Any:
         value = row[index]
@@ -774,12 +795,12 @@ def quarantined_task(row: Sequence[Any], reason: str, now: int) -> RecoveredTask
         pool=pool,
         spec=spec,
         submitted_at=submitted,
-        status=TaskStatus.FAILED,
+        status=TaskStatus.DEAD_LETTERED,
         max_attempts=pick(T_MAX_ATTEMPTS, int, 1),
     )
     return RecoveredTask(
         record=record,
-        status=TaskStatus.FAILED,
+        status=TaskStatus.DEAD_LETTERED,
         attempt=pick(T_ATTEMPT, int, 0),
         message=quarantine_message(reason),
         started_at=pick(T_STARTED, int, None),

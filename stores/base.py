@@ -45,7 +45,27 @@ __all__ = [
     "Store",
     "StoreError",
     "Unavailable",
+    "Unstorable",
 ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Settings
+
+MAX_SETTING_S = 100 * 365.25 * 86400.0
+"""The longest duration a store setting may be (a century, as every duration the engine takes)."""
+
+
+def check_seconds(what: str, value: object, *, positive: bool = True) -> float:
+    """A store setting in seconds: a finite number, positive (or not negative), at most a century.
+    ValueError (TypeError for a non-number) names the setting."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{what} must be a number of seconds, not {type(value).__name__}")
+    seconds = float(value)
+    if not (seconds > 0.0 if positive else seconds >= 0.0) or not seconds <= MAX_SETTING_S:
+        bound = "positive" if positive else "non-negative"
+        raise ValueError(f"{what} must be a {bound}, finite number of seconds of at most 100 years (got {value!r})")
+    return seconds
 
 
 # ---------------------------------------------------------------------------------------------
@@ -67,6 +87,16 @@ class Fenced(StoreError):
 
 class Corrupt(StoreError):
     """A stored row cannot be decoded (recovery quarantines such rows instead of raising)."""
+
+
+class Unstorable(ValueError, TypeError):
+    """A mutation a store cannot encode (a value outside int64, text a database cannot hold, a
+    payload the codec refuses); nothing of its step was written. ``task_id`` names the task it
+    belongs to (None for a schedule). Both a ValueError and a TypeError, as the errors it wraps."""
+
+    def __init__(self, message: str, task_id: int | None = None) -> None:
+        super().__init__(message)
+        self.task_id = task_id
 
 
 class SchemaTooNew(StoreError):
@@ -196,8 +226,8 @@ class Store(Protocol):
         """Write one engine step in one transaction.
 
         Raises ``Fenced`` (stale epoch or lost leadership; nothing written), ``Unavailable``
-        (transient; outcome unknown, retry is safe), ``ValueError``/``TypeError`` for input that
-        cannot be stored (nothing written).
+        (transient; outcome unknown, retry is safe), ``Unstorable`` (a ``ValueError`` and a
+        ``TypeError``, naming the task) for input that cannot be stored (nothing written).
 
         A store may also offer ``prepare(mutations) -> None`` (not part of this protocol, looked
         up by the driver): called with a step's mutations while an earlier commit is still in
@@ -211,8 +241,8 @@ class Store(Protocol):
 
         Tasks: every non-terminal task, terminal tasks finished at or after ``now - retention``,
         and terminal tasks that a non-terminal task depends on (by id, or the newest task with the
-        key), in id order. Rows that cannot be decoded are quarantined: marked Failed in the store
-        with the message ``"quarantined: <reason>"`` and returned as Failed tasks (with whatever
+        key), in id order. Rows that cannot be decoded are quarantined: marked DeadLettered in the
+        store with the message ``"quarantined: <reason>"`` and returned as such (with whatever
         of their spec could be read). Recurring rows that cannot be decoded are skipped and
         logged. ``retention`` defaults to the store's configured retention.
         """

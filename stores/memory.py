@@ -10,6 +10,7 @@ at once, and taking it fences the previous leader (its ``lost`` event is set).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -22,9 +23,11 @@ from cronoq.engine.views import TaskInfo, TaskQuery
 from . import _rows as R
 from . import _schema as S
 from . import history as H
-from .base import DEFAULT_CODEC, Codec, Corrupt, Fenced, ShardMismatch, StoreError
+from .base import DEFAULT_CODEC, Codec, Corrupt, Fenced, ShardMismatch, StoreError, check_seconds
 
 __all__ = ["MemoryState", "MemoryStore"]
+
+log = logging.getLogger("cronoq.stores")
 
 
 @dataclass(slots=True)
@@ -54,6 +57,7 @@ class MemoryStore:
     ) -> None:
         if shard is not None:
             R.check_text(shard, "shard name")
+        check_seconds("retention", retention, positive=False)
         self.codec: Codec = codec if codec is not None else DEFAULT_CODEC
         self.shard = shard
         self.retention = round(retention * NS_PER_S)
@@ -183,18 +187,20 @@ class MemoryStore:
                 keys,
             )
         for db_id, message in rec.quarantined:
+            log.error("task %d quarantined: %s", R.from_db_id(db_id), message)
             row = st.tasks[db_id]
-            row[R.T_STATUS] = "failed"
+            row[R.T_STATUS] = "dead_lettered"
             row[R.T_MESSAGE] = message
             if row[R.T_FINISHED] is None:
                 row[R.T_FINISHED] = now
             row[R.T_RETRY_AT] = None
-        result = Recovered(tasks=rec.ordered())
+        result = Recovered(tasks=rec.ordered(), quarantined=len(rec.quarantined))
         for name, rrow in sorted(st.recurring.items()):
             try:
                 result.recurring.append(R.decode_recurring(rrow, self.codec))
             except Corrupt as exc:
                 R.log_bad_recurring(name, exc)
+                result.quarantined += 1
         high = R.from_db_id(st.id_high_water) if st.id_high_water is not None else 0
         result.id_high_water = max([high, *(t.record.id for t in result.tasks)])
         return result

@@ -66,6 +66,7 @@ from .base import (
     ShardMismatch,
     StoreError,
     Unavailable,
+    check_seconds,
 )
 
 __all__ = ["PostgresStore", "apply_migrations", "lock_key", "quote_schema"]
@@ -371,10 +372,10 @@ class PostgresStore:
         compact_after: int = 10_000,
     ) -> None:
         self._s = quote_schema(schema)
-        if lock_poll <= 0 or keepalive <= 0 or session_timeout <= 0 or commit_timeout <= 0:
-            raise ValueError("lock_poll, keepalive, session_timeout and commit_timeout must be positive")
-        if retention < 0:
-            raise ValueError("retention must not be negative")
+        for what, value in (("lock_poll", lock_poll), ("keepalive", keepalive), ("session_timeout", session_timeout),
+                            ("commit_timeout", commit_timeout)):  # fmt: skip
+            check_seconds(what, value)
+        check_seconds("retention", retention, positive=False)
         if max_connections < 1:
             raise ValueError("max_connections must be at least 1")
         if compact_after < 1:
@@ -829,7 +830,7 @@ class PostgresStore:
                 # Their statuses leave the log too: folded later, they would overwrite the quarantine.
                 await self._pool.execute(
                     f"WITH scrub AS ({E.scrub_sql(s)})"
-                    f" UPDATE {s}.cronoq_tasks t SET status = 'failed', message = q.message,"
+                    f" UPDATE {s}.cronoq_tasks t SET status = 'dead_lettered', message = q.message,"
                     " retry_at = NULL, finished_at = COALESCE(t.finished_at, $3)"
                     " FROM unnest($1::bigint[], $2::text[]) AS q(id, message) WHERE t.id = q.id",
                     [q[0] for q in rec.quarantined],
@@ -838,12 +839,13 @@ class PostgresStore:
                 )
         except _PG_FAILURES as exc:
             raise _map_error(exc, "recovery") from exc
-        result = Recovered(tasks=rec.ordered())
+        result = Recovered(tasks=rec.ordered(), quarantined=len(rec.quarantined))
         for rrow in rec_rows:
             try:
                 result.recurring.append(R.decode_recurring(rrow, self.codec))
             except Corrupt as exc:
                 R.log_bad_recurring(rrow[0], exc)
+                result.quarantined += 1
         high_id = R.from_db_id(high) if high is not None else 0
         result.id_high_water = max([high_id, *(t.record.id for t in result.tasks)])
         return result

@@ -50,6 +50,7 @@ from .base import (
     ShardMismatch,
     StoreError,
     Unavailable,
+    check_seconds,
 )
 
 __all__ = ["SqliteStore", "apply_migrations"]
@@ -200,10 +201,13 @@ class SqliteStore:
         shard: str | None = None,
         codec: Codec | None = None,
     ) -> None:
+        for what, value in (("lease_ttl", lease_ttl), ("lease_renew", lease_renew), ("lock_poll", lock_poll),
+                            ("commit_timeout", commit_timeout)):  # fmt: skip
+            check_seconds(what, value)
+        check_seconds("busy_timeout", busy_timeout, positive=False)
+        check_seconds("retention", retention, positive=False)
         if not 0 < lease_renew < lease_ttl:
             raise ValueError("lease_renew must be positive and shorter than lease_ttl")
-        if lock_poll <= 0 or busy_timeout < 0 or commit_timeout <= 0 or retention < 0:
-            raise ValueError("lock_poll and commit_timeout must be positive, busy_timeout and retention not negative")
         if shard is not None:
             R.check_text(shard, "shard name")
         self.path = Path(path)
@@ -548,12 +552,13 @@ class SqliteStore:
             for db_id, message in rec.quarantined:
                 log.error("task %d quarantined: %s", R.from_db_id(db_id), message)
             await self._call("quarantine", self._quarantine_sync, rec.quarantined, now)
-        result = Recovered(tasks=rec.ordered())
+        result = Recovered(tasks=rec.ordered(), quarantined=len(rec.quarantined))
         for rrow in rec_rows:
             try:
                 result.recurring.append(R.decode_recurring(rrow, self.codec))
             except Corrupt as exc:
                 R.log_bad_recurring(rrow[0], exc)
+                result.quarantined += 1
         high_id = R.from_db_id(high) if high is not None else 0
         result.id_high_water = max([high_id, *(t.record.id for t in result.tasks)])
         return result
@@ -590,8 +595,8 @@ class SqliteStore:
         conn.execute("BEGIN IMMEDIATE")
         try:
             conn.executemany(
-                "UPDATE cronoq_tasks SET status = 'failed', message = ?, retry_at = NULL,"
-                " finished_at = COALESCE(finished_at, ?) WHERE id = ?",
+                "UPDATE cronoq_tasks SET status = 'dead_lettered', message = ?, retry_at = NULL,"
+                " finished_at = CASE WHEN typeof(finished_at) = 'integer' THEN finished_at ELSE ? END WHERE id = ?",
                 [(message, now, db_id) for db_id, message in bad],
             )
             conn.execute("COMMIT")

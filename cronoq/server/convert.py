@@ -41,6 +41,7 @@ from cronoq.engine import (
     TaskStatus,
     UnknownDependencyPolicy,
 )
+from cronoq.engine.limits import MAX_INSTANT
 from cronoq.engine.types import NS_PER_S
 from cronoq.proto import cronoq_pb2 as pb
 from cronoq.shard.blob import Blob
@@ -262,7 +263,10 @@ def _either(m: pb.TaskSpec, relative: str, absolute: str, now: int) -> int | Non
     if has_rel:
         return now + duration_ns(getattr(m, relative), relative)
     if has_abs:
-        return int(getattr(m, absolute))
+        value = int(getattr(m, absolute))
+        if not 0 <= value <= MAX_INSTANT:
+            raise ApiError.invalid(f"{absolute} must lie between the Unix epoch and {MAX_INSTANT} (year 2262)")
+        return value
     return None
 
 

@@ -35,6 +35,11 @@ _OTHER_TOTALS = {
     "stale_completions": ("cronoq_stale_completions", "Late, duplicate or previous-leader reports that were ignored."),
     "recurring_conflicts": ("cronoq_recurring_conflicts", "Recurring occurrences refused at admission."),
     "recurring_invalid": ("cronoq_recurring_invalid", "Recurring schedules that became invalid."),
+    "engine_errors": (
+        "cronoq_engine_errors",
+        "Engine steps that raised and tasks recovery could not load; each one's task was "
+        "dead-lettered (see the error log).",
+    ),
 }
 
 # Per-pool gauges: (snapshot attribute, metric name, help).

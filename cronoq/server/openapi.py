@@ -108,10 +108,10 @@ def _schemas(limits: LimitsConfig, resources: Mapping[str, int]) -> dict[str, Sc
         ],
     }
     unix_ns_in: Schema = {
-        "description": "Unix nanoseconds: a decimal string or a JSON integer.",
+        "description": "Unix nanoseconds, not before the epoch: a decimal string or a JSON integer.",
         "oneOf": [
-            {"type": "string", "pattern": signed_int64_pattern()},
-            {"type": "integer", "minimum": _INT64_MIN, "maximum": _INT64_MAX},
+            {"type": "string", "pattern": f"^{_decimal_at_most(_INT64_MAX)}$"},
+            {"type": "integer", "minimum": 0, "maximum": _INT64_MAX},
         ],
     }
     text: Schema = {"type": "string", "pattern": NO_NUL, "description": "Must not contain NUL characters."}

@@ -585,6 +585,7 @@ _TOTALS = (
     ("stale_completions", "cronoq.stale_completions", "Late, duplicate or previous-leader reports that were ignored."),
     ("recurring_conflicts", "cronoq.recurring_conflicts", "Recurring occurrences refused at admission."),
     ("recurring_invalid", "cronoq.recurring_invalid", "Recurring schedules that became invalid."),
+    ("engine_errors", "cronoq.engine_errors", "Engine steps that raised and tasks recovery could not load."),
 )
 
 # Per-pool figures of the snapshot: (attribute, unit).

@@ -706,16 +706,16 @@ async def test_corrupt_rows_are_quarantined(backend: Backend, column: str, value
     got = by_id(rec.tasks)
     assert sorted(got) == [1, 2, 3]
     bad = got[1]
-    assert bad.status is TaskStatus.FAILED
+    assert bad.status is TaskStatus.DEAD_LETTERED and rec.quarantined == 1
     assert bad.message is not None and bad.message.startswith("quarantined: ") and reason in bad.message
     assert (bad.record.spec.key, bad.record.spec.kind, bad.record.pool) == ("bad", "etl", "default")
     assert bad.finished_at == T0 + 5
     assert got[2].status is TaskStatus.READY  # the others are untouched
-    # The row itself is marked failed in the store.
-    assert await backend.get_column(1, "status") == "failed"
+    # The row itself is marked dead-lettered in the store.
+    assert await backend.get_column(1, "status") == "dead_lettered"
     assert (await backend.get_column(1, "message")).startswith("quarantined: ")
     again = by_id((await backend.open().recover(T0 + 10)).tasks)
-    assert again[1].status is TaskStatus.FAILED and again[1].finished_at == T0 + 5
+    assert again[1].status is TaskStatus.DEAD_LETTERED and again[1].finished_at == T0 + 5
 
 
 async def test_corrupt_recurring_rows_are_skipped(backend: Backend) -> None:
@@ -725,7 +725,7 @@ async def test_corrupt_recurring_rows_are_skipped(backend: Backend) -> None:
     )
     await backend.set_recurring_spec("bad", '{"template": 5}')
     rec = await backend.open().recover(T0)
-    assert [r.spec.name for r in rec.recurring] == ["good"]
+    assert [r.spec.name for r in rec.recurring] == ["good"] and rec.quarantined == 1
     # The engine may write the schedule again; that repairs the row.
     await store.commit(epoch, [PutRecurring(recurring_spec("bad"), T0 + 1, None)])
     assert [r.spec.name for r in (await backend.open().recover(T0)).recurring] == ["bad", "good"]

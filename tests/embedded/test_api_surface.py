@@ -101,9 +101,13 @@ def test_autoscale_config_defaults() -> None:
 
 
 def test_priority() -> None:
+    # The published enum's member names; strings naming a priority stay case-insensitive.
     assert [p.name for p in (cronoq.Priority.CRITICAL, cronoq.Priority.HIGH, cronoq.Priority.NORMAL,
-                             cronoq.Priority.LOW)] == ["critical", "high", "normal", "low"]
-    assert [int(p) for p in cronoq.Priority] == [0, 1, 2, 3]
+                             cronoq.Priority.LOW)] == ["CRITICAL", "HIGH", "NORMAL", "LOW"]
+    assert [p.value for p in cronoq.Priority] == [int(p) for p in cronoq.Priority] == [0, 1, 2, 3]
+    for spelling in ("high", "HIGH", "High", 1, cronoq.Priority.HIGH):
+        cronoq.Task(None, priority=spelling)  # accepted
+        assert cronoq.AutoscaleConfig(slo={spelling: 1.0}).slo == {"high": 1.0}
     assert cronoq.Priority.CRITICAL < cronoq.Priority.LOW
     assert len({cronoq.Priority.HIGH, cronoq.Priority.HIGH}) == 1
 

@@ -291,24 +291,32 @@ async def test_recurring_replaces_by_name() -> None:
         assert await sched.remove_recurring("job") is True
 
 
-async def test_recurring_template_validation_raises_scheduler_error() -> None:
+async def test_recurring_validation_errors() -> None:
+    """Bad argument values raise ValueError (as the published package's do); a cron expression,
+    zone or template the scheduler cannot use raises SchedulerError. Nothing is added either way."""
     async with cronoq.Scheduler([cronoq.Pool("default", echo)]) as sched:
-        bad_calls: list[dict[str, Any]] = [
+        scheduler_errors: list[dict[str, Any]] = [
             {"cron": "not a cron"},
             {"cron": "* * * * *", "tz": "Mars/Olympus_Mons"},
             {"cron": "* * * * *", "pool": "nope"},
             {"cron": "* * * * *", "resources": {"unknown": 1}},
+        ]
+        value_errors: list[dict[str, Any]] = [
             {"cron": "* * * * *", "overlap": "sometimes"},
             {"cron": "* * * * *", "on_miss": "panic"},
             {"cron": "* * * * *", "tolerance": -1.0},
+            {"cron": "* * * * *", "tolerance": float("nan")},
+            {"cron": "* * * * *", "deadline_in": float("inf")},
+            {"cron": "* * * * *", "timeout": 1e308},
             {"cron": "* * * * *", "priority": "urgent"},
             {"cron": "* * * * *", "name": ""},
         ]
-        for call in bad_calls:
-            name = call.pop("name", "bad")
-            cron = call.pop("cron")
-            with pytest.raises(cronoq.SchedulerError):
-                await sched.add_recurring(name, cron, {"p": 1}, **call)
+        for calls, error in ((scheduler_errors, cronoq.SchedulerError), (value_errors, ValueError)):
+            for call in calls:
+                name = call.pop("name", "bad")
+                cron = call.pop("cron")
+                with pytest.raises(error):
+                    await sched.add_recurring(name, cron, {"p": 1}, **call)
         assert await sched.remove_recurring("bad") is False
 
 

@@ -13,7 +13,11 @@ model and asserts, at every step:
 * a dispatch never leaves a pool (or worker group) busier than its capacity;
 * semaphore units are never over-granted, token buckets never exceed burst + rate * elapsed;
 * every terminal parent's dependents are resolved: nothing stays blocked on finished parents,
-  and an unsatisfiable edge makes the child terminal.
+  and an unsatisfiable edge makes the child terminal;
+* extreme numbers (0, negatives, +-inf, NaN, 1e308, 2**64, the int64 and century limits) in
+  deadlines, starts, tolerances, timeouts, hints and retry policies are refused at admission
+  (code ``invalid``) exactly when they are out of range, and the ones admitted never make a later
+  step raise, however often their tasks fail and retry.
 
 Spec: book "Pipelines and DAGs" ("checked continuously by randomized simulation tests"),
 "Dependencies and keys", "Resources", "Worker labels", "Backpressure"; retries-timeouts-leases.txt.
@@ -50,16 +54,29 @@ from cronoq.engine import (
     TaskStatus,
     UnknownDependencyPolicy,
 )
+from cronoq.engine.limits import MAX_COUNT, MAX_DURATION
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from .sim import Sim, ns
+from .extremes import apply_extremes, examples, extreme_params, out_of_range
+from .sim import START, Sim, ns
 
 A100 = {"gpu": "a100"}
 SEMAPHORES = {"gpu": 2}
 BUCKET = ("api", 1.0, 2)  # name, rate per second, burst
-RESOURCE_CHOICES: list[dict[str, int]] = [{}, {}, {}, {}, {}, {"gpu": 1}, {"gpu": 1}, {"gpu": 2}, {"api": 1},
-                                          {"gpu": 1, "api": 1}, {"gpu": 3}]
+RESOURCE_CHOICES: list[dict[str, int]] = [
+    {},
+    {},
+    {},
+    {},
+    {},
+    {"gpu": 1},
+    {"gpu": 1},
+    {"gpu": 2},
+    {"api": 1},
+    {"gpu": 1, "api": 1},
+    {"gpu": 3},
+]
 POOLS = ("main", "fair")
 TENANTS = (None, "a", "b", "c")
 CONDS = (EdgeCond.ON_SUCCESS, EdgeCond.ON_SUCCESS, EdgeCond.ON_FAILURE, EdgeCond.ON_COMPLETE)
@@ -68,16 +85,23 @@ BOGUS_ID = 7
 
 def pools() -> tuple[PoolConfig, PoolConfig]:
     main = PoolConfig(
-        "main", max_workers=8, initial_workers=1,
+        "main",
+        max_workers=8,
+        initial_workers=1,
         retry=RetryPolicy(max_attempts=3, initial_backoff=ns(1), max_backoff=ns(8)),
         bounds=Bounds(max_pending=5, per_class=(None, None, None, 3)),
         overflow=OverflowPolicy.SHED_LOWEST,
     )
     fair = PoolConfig(
-        "fair", max_workers=8, initial_workers=2, lease_ttl=ns(5),
+        "fair",
+        max_workers=8,
+        initial_workers=2,
+        lease_ttl=ns(5),
         retry=RetryPolicy(max_attempts=2, initial_backoff=ns(2), jitter=False),
-        bounds=Bounds(max_pending=6), overflow=OverflowPolicy.WAIT,
-        unknown_dependency=UnknownDependencyPolicy.AWAIT, await_timeout=ns(20),
+        bounds=Bounds(max_pending=6),
+        overflow=OverflowPolicy.WAIT,
+        unknown_dependency=UnknownDependencyPolicy.AWAIT,
+        await_timeout=ns(20),
         fairness=Fairness({"a": 3.0, "b": 1.0}),
     )
     return main, fair
@@ -117,46 +141,62 @@ class Model:
 # Operations
 
 
-dep_ref = st.tuples(st.sampled_from(["id", "id", "id", "key", "key", "key", "bogus"]), st.integers(0, 200),
-                    st.sampled_from(CONDS))
+dep_ref = st.tuples(
+    st.sampled_from(["id", "id", "id", "key", "key", "key", "bogus"]), st.integers(0, 200), st.sampled_from(CONDS)
+)
 
-spec_params = st.fixed_dictionaries({
-    "pool": st.sampled_from(POOLS),
-    "priority": st.sampled_from(list(Priority)),
-    "key": st.one_of(st.none(), st.integers(0, 11)),
-    "deadline": st.one_of(st.none(), st.integers(1, 30)),
-    "fixed": st.one_of(st.none(), st.none(), st.integers(1, 30)),
-    "on_miss": st.sampled_from(list(MissPolicy)),
-    "deps": st.one_of(st.just([]), st.lists(dep_ref, max_size=3)),
-    "resources": st.integers(0, len(RESOURCE_CHOICES) - 1),
-    "labels": st.booleans().map(lambda b: A100 if b else {}),
-    "tenant": st.sampled_from(TENANTS),
-    "timeout": st.one_of(st.none(), st.integers(1, 10)),
-    "attempts": st.one_of(st.none(), st.integers(1, 3)),
-})
+spec_params = st.fixed_dictionaries(
+    {
+        "pool": st.sampled_from(POOLS),
+        "priority": st.sampled_from(list(Priority)),
+        "key": st.one_of(st.none(), st.integers(0, 11)),
+        "deadline": st.one_of(st.none(), st.integers(1, 30)),
+        "fixed": st.one_of(st.none(), st.none(), st.integers(1, 30)),
+        "on_miss": st.sampled_from(list(MissPolicy)),
+        "deps": st.one_of(st.just([]), st.lists(dep_ref, max_size=3)),
+        "resources": st.integers(0, len(RESOURCE_CHOICES) - 1),
+        "labels": st.booleans().map(lambda b: A100 if b else {}),
+        "tenant": st.sampled_from(TENANTS),
+        "timeout": st.one_of(st.none(), st.integers(1, 10)),
+        "attempts": st.one_of(st.none(), st.integers(1, 3)),
+    }
+)
 
-operation = st.one_of(
+BASE_OPERATIONS = (
     st.tuples(st.just("submit"), spec_params),
     st.tuples(st.just("submit"), spec_params),
     st.tuples(st.just("submit"), spec_params),
     st.tuples(st.just("batch"), st.lists(spec_params, min_size=1, max_size=4)),
     st.tuples(st.just("cancel"), st.integers(0, 500)),
-    st.tuples(st.just("complete"), st.integers(0, 500),
-              st.sampled_from(["success", "success", "retry", "retry_after", "permanent", "cancel"])),
+    st.tuples(
+        st.just("complete"),
+        st.integers(0, 500),
+        st.sampled_from(["success", "success", "retry", "retry_after", "permanent", "cancel"]),
+    ),
     st.tuples(st.just("stale"), st.integers(0, 500)),
     st.tuples(st.just("heartbeat"), st.integers(0, 500)),
     st.tuples(st.just("capacity"), st.sampled_from(POOLS), st.booleans(), st.integers(0, 4)),
     st.tuples(st.just("advance"), st.floats(0.05, 45.0)),
+    st.tuples(st.just("hammer"), st.integers(0, 500), st.integers(1, 6)),
 )
+# Extreme submissions may legitimately wait a century (a start in 2262, a 100-year backoff), so
+# the liveness property below runs without them.
+operation = st.one_of(
+    st.tuples(st.just("submit_extreme"), spec_params, extreme_params),
+    st.tuples(st.just("submit_extreme"), spec_params, extreme_params),
+    st.tuples(st.just("submit_extreme"), spec_params, extreme_params),
+    *BASE_OPERATIONS,
+)
+live_operation = st.one_of(*BASE_OPERATIONS)
 
 
 class Harness:
     def __init__(self) -> None:
         main, fair = pools()
         self.sim = CheckedSim.make(
-            main, fair,
-            resources=[ResourceConfig.semaphore("gpu", SEMAPHORES["gpu"]),
-                       ResourceConfig.token_bucket(*BUCKET)],
+            main,
+            fair,
+            resources=[ResourceConfig.semaphore("gpu", SEMAPHORES["gpu"]), ResourceConfig.token_bucket(*BUCKET)],
             retention=ns(100 * 3600),
             seed=3,
         )
@@ -204,11 +244,15 @@ class Harness:
             priority=params["priority"],  # type: ignore[arg-type]
             key=f"k{params['key']}" if params["key"] is not None else None,
             deadline=now + ns(params["deadline"]) if params["deadline"] is not None else None,  # type: ignore[arg-type]
-            fixed_start=(FixedStart(now + ns(fixed), ns(1), params["on_miss"])  # type: ignore[arg-type]
-                         if fixed is not None else None),
+            fixed_start=(
+                FixedStart(now + ns(fixed), ns(1), params["on_miss"])  # type: ignore[arg-type]
+                if fixed is not None
+                else None
+            ),
             timeout=ns(params["timeout"]) if params["timeout"] is not None else None,  # type: ignore[arg-type]
             retry=RetryPolicy(max_attempts=attempts, initial_backoff=ns(1), jitter=True)  # type: ignore[arg-type]
-            if attempts is not None else None,
+            if attempts is not None
+            else None,
             deps=tuple(deps),
             resources=dict(resources),
             labels=dict(params["labels"]),  # type: ignore[call-overload]
@@ -298,6 +342,46 @@ class Harness:
             if spec.key is not None:
                 self._define_key(spec.key, task_id)
         self.sim.step()
+
+    def submit_extreme(self, params: dict[str, object], extreme: dict[str, object]) -> None:
+        """A submission with numbers at or beyond every edge: refused as invalid exactly when one
+        is out of range; otherwise it joins the workload like any task."""
+        spec, must_refuse = self._spec(params)
+        apply_extremes(spec, extreme)
+        invalid = out_of_range(extreme)
+        key = spec.key
+        try:
+            result = self.core.submit(self.sim.now, spec)
+        except AdmissionError as err:
+            assert (err.code is SubmitCode.INVALID) is invalid, f"{err.code}: {err.message} for {extreme}"
+            self.sim.step()
+            return
+        assert not invalid, f"admitted out-of-range values: {extreme}"
+        if key is not None and key in self.keys:
+            assert result.duplicate and result.id == self.keys[key]
+        else:
+            assert not must_refuse and not result.duplicate and result.id not in self.tasks
+            self._register(result.id, spec)
+            if key is not None:
+                self._define_key(key, result.id)
+        self.sim.step()
+
+    def hammer(self, index: int, rounds: int) -> None:
+        """Fail one running task again and again, waiting out each backoff (up to a minute)."""
+        if not self.sim.running:
+            return
+        lease_id = sorted(self.sim.running)[index % len(self.sim.running)]
+        task_id = self.sim.running[lease_id].task_id
+        for _ in range(rounds):
+            assert self.core.complete(self.sim.now, lease_id, Failure("hammered")) is True
+            self.sim.running.pop(lease_id)
+            self.held.pop(lease_id, None)
+            self.sim.step()
+            self.sim.advance(2.0)  # past the backoff of every hammered policy with a short ceiling
+            again = [lid for lid, lease in self.sim.running.items() if lease.task_id == task_id]
+            if not again:
+                return
+            lease_id = again[0]
 
     def cancel(self, index: int) -> None:
         if not self.tasks:
@@ -450,7 +534,7 @@ class Harness:
             self.sim.advance(20)
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(operation, min_size=20, max_size=60))
 def test_random_workloads_keep_every_promise(ops: list[tuple[object, ...]]) -> None:
     harness = Harness()
@@ -459,7 +543,7 @@ def test_random_workloads_keep_every_promise(ops: list[tuple[object, ...]]) -> N
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(operation, min_size=15, max_size=40))
+@given(st.lists(live_operation, min_size=15, max_size=40))
 def test_every_task_finishes_once_capacity_is_plentiful(ops: list[tuple[object, ...]]) -> None:
     """Liveness: with workers everywhere and every attempt succeeding, nothing is left waiting
     (await timeouts end the waits for keys that never appear)."""
@@ -472,12 +556,13 @@ def test_every_task_finishes_once_capacity_is_plentiful(ops: list[tuple[object, 
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 5), st.sampled_from(CONDS)), min_size=1, max_size=12),
-       st.lists(st.sampled_from(["success", "permanent", "dead", "cancel"]), min_size=6, max_size=6))
+@given(
+    st.lists(st.tuples(st.integers(0, 5), st.sampled_from(CONDS)), min_size=1, max_size=12),
+    st.lists(st.sampled_from(["success", "permanent", "dead", "cancel"]), min_size=6, max_size=6),
+)
 def test_dag_outcomes_follow_edge_rules(edges: list[tuple[int, EdgeCond]], outcomes: list[str]) -> None:
     """Six roots with fixed outcomes and a layer of children: each child's fate follows its edges."""
-    sim = Sim.make(PoolConfig("default", max_workers=20, initial_workers=20,
-                              retry=RetryPolicy(max_attempts=1)))
+    sim = Sim.make(PoolConfig("default", max_workers=20, initial_workers=20, retry=RetryPolicy(max_attempts=1)))
     roots = [sim.submit(f"r{i}") for i in range(6)]
     children = []
     for parent_index, cond in edges:
@@ -487,12 +572,60 @@ def test_dag_outcomes_follow_edge_rules(edges: list[tuple[int, EdgeCond]], outco
             sim.core.cancel(sim.now, root)
             sim.step()
         else:
-            sim.complete(sim.lease_of(root), {
-                "success": Success(None),
-                "permanent": Failure("x", permanent=True),
-                "dead": Failure("x"),
-            }[outcome])
+            sim.complete(
+                sim.lease_of(root),
+                {
+                    "success": Success(None),
+                    "permanent": Failure("x", permanent=True),
+                    "dead": Failure("x"),
+                }[outcome],
+            )
     for child, parent_index, cond in children:
         parent_status = sim.info(roots[parent_index]).status
         expected = "running" if edge_ok(cond, parent_status) else "skipped"
         assert sim.status(child) == expected
+
+
+valid_policies = st.builds(
+    RetryPolicy,
+    max_attempts=st.one_of(st.integers(1, 12), st.integers(1, MAX_COUNT)),
+    initial_backoff=st.one_of(st.sampled_from([0, 1, ns(1)]), st.integers(0, MAX_DURATION)),
+    multiplier=st.one_of(st.sampled_from([1.0, 2.0, 10.0, 1e154, 1e155, 1e308]), st.floats(1.0, 1e308)),
+    max_backoff=st.one_of(st.sampled_from([0, 1, ns(1)]), st.integers(0, MAX_DURATION)),
+    jitter=st.booleans(),
+)
+
+
+@settings(max_examples=examples(150), deadline=None)
+@given(valid_policies, st.integers(0, MAX_COUNT), st.integers(1, 8))
+def test_any_admitted_retry_policy_fails_and_retries_without_raising(policy: RetryPolicy, done: int,
+                                                                     failures: int) -> None:  # fmt: skip
+    """Whatever policy passes admission, failing its task over and over (from any attempt number,
+    as a task recovered after ``done`` attempts is) never raises and never waits past 100 years;
+    the task ends dead-lettered once its attempts are used up."""
+    from cronoq.engine import Core, CoreConfig, Recovered, RecoveredTask, TaskRecord
+
+    pool = PoolConfig("default", max_workers=1, initial_workers=1)
+    done = min(done, policy.max_attempts - 1)
+    core = Core(CoreConfig(pools=(pool,), persist=True), now=START)
+    record = TaskRecord(1 << 48 | 1, "default", TaskSpec(retry=policy), START, TaskStatus.READY, policy.max_attempts)
+    core.restore(START, Recovered(tasks=[RecoveredTask(record, TaskStatus.RETRYING, done, retry_at=START)]))
+    sim = Sim(core)
+    sim.step()
+    for _ in range(failures):
+        if not sim.running:
+            break
+        lease = next(iter(sim.running.values()))
+        sim.fail(lease, "again")
+        info = sim.info(record.id)
+        if info.status is TaskStatus.DEAD_LETTERED:
+            assert info.attempt == policy.max_attempts
+            return
+        if info.status is TaskStatus.RUNNING:
+            continue  # no backoff at all: dispatched again at once
+        assert info.status is TaskStatus.RETRYING
+        wake = core.next_wakeup()
+        assert wake is not None and sim.now <= wake <= sim.now + MAX_DURATION
+        if wake - sim.now > ns(3600):
+            return  # a long backoff: nothing more to see in a test's lifetime
+        sim.advance((wake - sim.now) / 1e9)

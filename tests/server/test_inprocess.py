@@ -197,7 +197,7 @@ def test_task_spec_conversion() -> None:
     assert spec.pool is None and spec.kind == "default" and spec.key is None and spec.tenant is None
     assert spec.deadline == now + round(2.5 * NS_PER_S)
     assert spec.fixed_start is not None and spec.fixed_start.start == 5 * NS_PER_S and spec.fixed_start.tolerance == 0
-    assert spec.fixed_start.on_miss.value == "skip" and spec.priority.name == "low"
+    assert spec.fixed_start.on_miss.value == "skip" and spec.priority.label == "low"
     assert spec.deps[0].target == "p" and spec.deps[0].cond.value == "on_failure"
     assert spec.retry is not None and spec.retry.max_attempts == 3 and spec.retry.multiplier == 2.0
     assert spec.retry.max_backoff == 60 * NS_PER_S

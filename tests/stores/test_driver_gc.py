@@ -38,7 +38,7 @@ def default_collector() -> Iterator[None]:
 
 def idle_pool() -> cronoq.Pool:
     # No slot ever frees up for queued work, so the tasks stay live across the restart.
-    return cronoq.Pool("default", noop, min=0, max=0, initial=0, autoscale=False)
+    return cronoq.Pool("default", noop, min=0, max=1, initial=0, autoscale=False)
 
 
 async def test_threshold_raised_while_leading_and_restored_after() -> None:

@@ -16,7 +16,7 @@ from cronoq.engine import Core, CoreConfig, Mutation, PoolConfig, PutTask, TaskS
 from cronoq.shard.driver import PIPELINE_MIN_MUTATIONS, Driver
 from cronoq.stores.memory import MemoryStore
 
-WAIT_S = 30.0  # generous: the machine may be busy
+from .support import WAIT_S, Sink, eventually
 
 
 class GatedStore(MemoryStore):
@@ -35,30 +35,6 @@ class GatedStore(MemoryStore):
         await self.gate.wait()
         await super().commit(epoch, mutations)
         self.log.append(("done", ids))
-
-
-class Sink:
-    """Records nothing the tests look at: no pool has a slot, so nothing is dispatched."""
-
-    def dispatch(self, leases: Sequence[Any]) -> None: ...
-
-    def abort(self, aborts: Sequence[Any]) -> None: ...
-
-    def resolve(self, results: Sequence[Any]) -> None: ...
-
-    def publish(self, events: Sequence[Any]) -> None: ...
-
-    def scale(self, scales: Sequence[Any]) -> None: ...
-
-    def space_available(self, pools: Sequence[str | None]) -> None: ...
-
-
-async def eventually(condition: Any, what: str) -> None:
-    deadline = asyncio.get_running_loop().time() + WAIT_S
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.005)
 
 
 async def leading_driver(store: GatedStore) -> Driver:

@@ -154,11 +154,11 @@ async def test_quarantine_drops_the_events_of_the_row(
     await db.execute(f'UPDATE "{pg_schema}".cronoq_tasks SET spec = $1 WHERE id = 1', "{not json")
 
     first = {t.record.id: t for t in (await make(stores, postgres_dsn, pg_schema).recover(T0 + 5)).tasks}
-    assert first[1].status is TaskStatus.FAILED and (first[1].message or "").startswith("quarantined: ")
+    assert first[1].status is TaskStatus.DEAD_LETTERED and (first[1].message or "").startswith("quarantined: ")
     assert first[2].status is TaskStatus.RUNNING
     assert await logged_ids(db, pg_schema) == [2]
     again = {t.record.id: t for t in (await make(stores, postgres_dsn, pg_schema).recover(T0 + 9)).tasks}
-    assert again[1].status is TaskStatus.FAILED  # no event folded back over the quarantine
+    assert again[1].status is TaskStatus.DEAD_LETTERED  # no event folded back over the quarantine
 
 
 async def test_prune_removes_tasks_that_finished_only_in_the_log(
