@@ -126,7 +126,7 @@ async def stand_by(store_spec: str, serve: bool, leadership: dict[str, float]) -
     say("STANDBY")
     await sched.start()  # returns once this process leads and has restored the shard
     say("SERVING")
-    await sched.submit(cronoq.Task(-1))  # a task of its own, behind the backlog (the only one if none)
+    await sched.submit(-1)  # a task of its own, behind the backlog (the only one if none)
     await first.wait()
     if serve:
         say("PEAK", peak_rss())

@@ -227,7 +227,9 @@ class Driver:
             gc.disable()
             try:
                 recovered = await store.recover(now, config.retention)
-                core = self._restored(config, now, recovered, {}, set())
+                # In a thread: restoring a large backlog takes seconds, during which the event
+                # loop must go on renewing the store's lease (or lose leadership at once).
+                core = await asyncio.to_thread(self._restored, config, now, recovered, {}, set())
                 if recovered.tasks and collecting:
                     _GcTuning.freeze()
             finally:
@@ -627,7 +629,7 @@ class Driver:
         now = self._clock()
         try:
             recovered = await store.recover(now, self._config.retention)
-            core = self._restored(self._leading_config, now, recovered, dead, suspended)
+            core = await asyncio.to_thread(self._restored, self._leading_config, now, recovered, dead, suspended)
         except Exception as failure:
             log.error("rebuilding the engine failed: %s", failure, exc_info=failure)
             await self._step_down(f"rebuilding the engine after an internal error failed: {failure}")

@@ -721,17 +721,25 @@ class PostgresStore:
                     # The log holds the latest status of tasks whose rows it has not been folded
                     # into yet (a row that finished before the cutoff gets no more events).
                     events = E.EventFold([r[0] for r in await conn.fetch(E.read_events_sql(s))])
-                    for row in await conn.fetch(
+                    rows = await conn.fetch(
                         f"SELECT {cols} FROM {s}.cronoq_tasks"
                         " WHERE finished_at IS NULL OR finished_at >= $1 ORDER BY id",
                         cutoff,
-                    ):
-                        if events.latest:
-                            row = events.apply(row)
-                            finished = row[R.T_FINISHED]
-                            if type(finished) is int and finished < cutoff:
-                                continue  # finished before the retention window, per the log
-                        rec.add(row)
+                    )
+
+                    def decode(rows: list[Any]) -> None:
+                        for row in rows:
+                            if events.latest:
+                                row = events.apply(row)
+                                finished = row[R.T_FINISHED]
+                                if type(finished) is int and finished < cutoff:
+                                    continue  # finished before the retention window, per the log
+                            rec.add(row)
+
+                    # In a thread: decoding a large backlog takes seconds, during which the event
+                    # loop must go on renewing the lease.
+                    await asyncio.to_thread(decode, rows)
+                    del rows
                 ids, keys = rec.missing_parents()
                 if ids or keys:
                     parents = await conn.fetch(
