@@ -573,7 +573,6 @@ class PostgresStore:
         if epoch is not None:
             log.info("postgres leadership of schema %s released (epoch %d)", self.schema, epoch)
 
-
     # -- writes --------------------------------------------------------------------------------
 
     def prepare(self, mutations: Sequence[Mutation]) -> None:
@@ -651,8 +650,9 @@ class PostgresStore:
             return  # the next commit reports it
         except (TimeoutError, *_PG_FAILURES) as exc:
             # Nothing is lost: the events stay in the log, and the next compaction folds them.
-            log.warning("compacting the status event log of schema %s failed: %s: %s",
-                        self.schema, type(exc).__name__, exc)
+            log.warning(
+                "compacting the status event log of schema %s failed: %s: %s", self.schema, type(exc).__name__, exc
+            )
             self._unfolded += self.compact_after // 2  # retry sooner than a full round later
             return
         log.debug("folded %d status events into the task rows of schema %s", folded, self.schema)
