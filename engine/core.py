@@ -1,9 +1,9 @@
 """The scheduling core: a deterministic state machine with no I/O and no clock.
 
 Every call takes ``now`` (int ns since the Unix epoch). Mutating calls only change state and mark
-work to do; ``tick(now)`` fires due timers and dispatches. ``drain_actions()`` hands the driver what
-to do next: a ``Persist`` of the step's mutations first (when persisting), then dispatches, aborts,
-events, resolutions and scale requests.
+work to do; ``tick(now)`` fires due timers and dispatches. ``drain()`` hands the driver what to do
+next as one ``StepOutput``: the step's mutations to commit (when persisting), then dispatches,
+aborts, events, resolutions and scale requests.
 """
 
 from __future__ import annotations
@@ -20,18 +20,14 @@ from . import admission, invariants, limits, metrics, recovery, recurring
 from .actions import (
     Abort,
     AbortReason,
-    Action,
     Dispatch,
-    Mutation,
-    Persist,
-    Publish,
     PutTask,
     Recovered,
     Resolve,
     Scale,
     SetStatus,
-    SpaceAvailable,
     StatusEvent,
+    StepOutput,
     TaskRecord,
 )
 from .config import CoreConfig, PoolConfig, UnknownDependencyPolicy
@@ -178,8 +174,7 @@ class Core:
         self._schedules: dict[str, Schedule] = {}
         self._timers: list[tuple[int, int, int, object, int]] = []
         self._timer_seq = 0
-        self._actions: list[Action] = []
-        self._mutations: list[Mutation] = []
+        self._out = StepOutput()
         self._dirty: set[Pool] = set()
         self._propagation: list[Task] = []
         self._propagating = False
@@ -629,10 +624,10 @@ class Core:
     def _space_freed(self, pool: Pool) -> None:
         if pool.name in self._full_pools:
             self._full_pools.discard(pool.name)
-            self._actions.append(SpaceAvailable(pool.name))
+            self._out.space.append(pool.name)
         if self._full_global:
             self._full_global = False
-            self._actions.append(SpaceAvailable(None))
+            self._out.space.append(None)
 
     # Creation ------------------------------------------------------------------------------------
 
@@ -670,7 +665,8 @@ class Core:
             # Nothing to wait for but (perhaps) a start time: the common, fast path.
             pool.counts[2][cls] += 1
             if self._persist:
-                self._mutations.append(PutTask(TaskRecord(task.id, pool.name, spec, now, _READY, task.max_attempts)))
+                record = TaskRecord(task.id, pool.name, spec, now, _READY, task.max_attempts)
+                self._out.mutations.append(PutTask(record))
             if task.fixed is not None:
                 self._arm_fixed(task, now)
                 self._release(task, now, fresh=True)
@@ -714,7 +710,8 @@ class Core:
         task.status = _BLOCKED if blocked else _READY
         pool.counts[STATUS_INDEX[task.status._value_]][cls] += 1
         if self._persist:
-            self._mutations.append(PutTask(TaskRecord(task.id, pool.name, spec, now, task.status, task.max_attempts)))
+            record = TaskRecord(task.id, pool.name, spec, now, task.status, task.max_attempts)
+            self._out.mutations.append(PutTask(record))
         if task.fixed is not None:
             self._arm_fixed(task, now)
         if task.awaiting is not None and pool.config.await_timeout is not None:
@@ -798,9 +795,7 @@ class Core:
                 self._space_freed(pool)
 
     def _publish(self, task: Task, now: int, message: str | None = None) -> None:
-        self._actions.append(
-            Publish(StatusEvent(task.id, task.pool.name, task.key, task.status, task.attempt, now, message))
-        )
+        self._out.events.append(StatusEvent(task.id, task.pool.name, task.key, task.status, task.attempt, now, message))
 
     def _unqueue(self, task: Task) -> None:
         """Take a waiting task out of whatever queue holds it."""
@@ -1170,10 +1165,10 @@ class Core:
         if lease.expires_at is not None:
             self._push_timer(lease.expires_at, _T_LEASE, lease, lease_id)
         if self._persist:
-            self._mutations.append(SetStatus(task.id, _RUNNING, task.attempt, now))
+            self._out.mutations.append(SetStatus(task.id, _RUNNING, task.attempt, now))
         if self._emit_transitions:
             self._publish(task, now)
-        self._actions.append(
+        self._out.dispatches.append(
             Dispatch(
                 lease_id,
                 task.id,
@@ -1340,7 +1335,7 @@ class Core:
             task.pool.totals["retries"] += 1
             task.pool.window.current(now).retried += 1
             if self._persist:
-                self._mutations.append(SetStatus(task.id, _RETRYING, task.attempt, now, message, task.retry_at))
+                self._out.mutations.append(SetStatus(task.id, _RETRYING, task.attempt, now, message, task.retry_at))
             if self._emit_transitions:
                 self._publish(task, now, message)
             self._push_timer(task.retry_at, _T_RETRY, task, task.retry_at)
@@ -1365,7 +1360,7 @@ class Core:
             return
         if task.lease is not None:
             lease = task.lease
-            self._actions.append(Abort(lease.id, task.id, message or status.value))
+            self._out.aborts.append(Abort(lease.id, task.id, message or status.value))
             self._end_lease(lease, now, ran=False)
         if task.where:
             self._unqueue(task)
@@ -1406,8 +1401,8 @@ class Core:
         if task.awaiting is not None:
             self._forget_awaits(task)
         if self._persist:
-            self._mutations.append(SetStatus(task.id, status, task.attempt, now, message, None, output, has_output))
-        self._actions.append(
+            self._out.mutations.append(SetStatus(task.id, status, task.attempt, now, message, None, output, has_output))
+        self._out.resolves.append(
             Resolve(task.id, pool.name, task.key, status, task.attempt, now, message, output, has_output)
         )
         task.spec = None  # drop the payload; the record stays for lookups and dependents
@@ -1583,7 +1578,7 @@ class Core:
             task.pool.totals["timeouts"] += 1
             spec = task.spec
             timeout = spec.timeout if spec is not None and spec.timeout is not None else 0
-            self._actions.append(Abort(obj.id, task.id, AbortReason.TIMEOUT))
+            self._out.aborts.append(Abort(obj.id, task.id, AbortReason.TIMEOUT))
             self._end_lease(obj, now, ran=True)
             task.pool.window.current(now).failed += 1
             self._fail_attempt(task, now, f"attempt timed out after {timeout / NS_PER_S:g}s", None)
@@ -1596,7 +1591,7 @@ class Core:
             task = obj.task
             self.totals["lease_expiries"] += 1
             task.pool.totals["lease_expiries"] += 1
-            self._actions.append(Abort(obj.id, task.id, AbortReason.LEASE_EXPIRED))
+            self._out.aborts.append(Abort(obj.id, task.id, AbortReason.LEASE_EXPIRED))
             self._end_lease(obj, now, ran=True)
             task.pool.window.current(now).failed += 1
             self._fail_attempt(task, now, "lease expired: no heartbeat within the lease TTL", None)
@@ -1670,7 +1665,7 @@ class Core:
         desired = scaler.evaluate(now, backlog, pool.busy, reserved)
         pool.desired = desired
         if desired != before:
-            self._actions.append(Scale(pool.name, desired))
+            self._out.scales.append(Scale(pool.name, desired))
         self._push_timer(scaler.next_evaluation(), _T_SCALE, pool, 0)
 
     @staticmethod
@@ -1828,6 +1823,10 @@ class Core:
         self.dispatch_enabled = old.dispatch_enabled
         self._emit_transitions = old._emit_transitions
 
+    def note_engine_errors(self, count: int) -> None:
+        """Count internal errors its driver contained (they belong to no pool)."""
+        self.totals["engine_errors"] += count
+
     def check_invariants(self) -> None:
         """Raise AssertionError if the engine's bookkeeping is inconsistent (tests, debugging)."""
         invariants.check_invariants(self)
@@ -1835,15 +1834,11 @@ class Core:
     # ------------------------------------------------------------------------------------------
     # Actions
 
-    def drain_actions(self) -> list[Action]:
-        """Everything the driver must do, the step's ``Persist`` (if any) first."""
-        actions = self._actions
-        self._actions = []
-        if self._mutations:
-            mutations = self._mutations
-            self._mutations = []
-            actions.insert(0, Persist(mutations))
-        return actions
+    def drain(self) -> StepOutput:
+        """Everything the driver must do since the last drain (mutations to commit first)."""
+        out = self._out
+        self._out = StepOutput()
+        return out
 
 
 def _fault(error: Exception, obj: object) -> EngineFault:

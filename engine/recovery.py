@@ -154,9 +154,9 @@ def _load(core: Core, now: int, item: RecoveredTask, dead_message: str | None,
         core.totals[status.value] += 1
         task.pool.totals[status.value] += 1
     if core._persist:
-        core._mutations.append(SetStatus(task.id, status, task.attempt, now, message))
+        core._out.mutations.append(SetStatus(task.id, status, task.attempt, now, message))
     # Whoever waits for the task (a driver rebuilding its engine keeps its waiters) learns the end.
-    core._actions.append(Resolve(task.id, task.pool.name, task.key, status, task.attempt, now, message))
+    core._out.resolves.append(Resolve(task.id, task.pool.name, task.key, status, task.attempt, now, message))
     return task
 
 

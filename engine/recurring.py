@@ -113,7 +113,7 @@ def remove(core: Core, now: int, name: str) -> bool:
         return False
     schedule.timer_gen += 1
     if core._persist:
-        core._mutations.append(DeleteRecurring(name))
+        core._out.mutations.append(DeleteRecurring(name))
     return True
 
 
@@ -161,7 +161,8 @@ def check_template(core: Core, template: TaskSpec) -> Pool:
 
 def persist(core: Core, schedule: Schedule) -> None:
     if core._persist:
-        core._mutations.append(PutRecurring(schedule.spec, schedule.next_at, schedule.last_task_id, schedule.paused))
+        record = PutRecurring(schedule.spec, schedule.next_at, schedule.last_task_id, schedule.paused)
+        core._out.mutations.append(record)
 
 
 def arm(core: Core, schedule: Schedule, pool: Pool, now: int) -> None:
