@@ -36,6 +36,9 @@ class AdmissionControl:
             for pool in self._pools
             if pool.config.overflow in (OverflowPolicy.SHED_LOWEST, OverflowPolicy.SHED_OLDEST)
         }
+        self.watching = bool(self._shed_index)
+        """Whether the registry must report tasks that start or stop pending (a pool may shed,
+        or a submitter waits for room): without either, admission needs no reports at all."""
 
     # What the registry reports ------------------------------------------------------------------
 
@@ -60,11 +63,13 @@ class AdmissionControl:
         if self._full_global:
             self._full_global = False
             self._outbox.space.append(None)
+        self.watching = bool(self._shed_index or self._full_pools)
 
     def _mark_full(self, pool: Pool) -> None:
         self._full_pools.add(pool.name)
         if self._global_bounded:
             self._full_global = True
+        self.watching = True
 
     # Admission ----------------------------------------------------------------------------------
 

@@ -77,6 +77,7 @@ class Dispatcher:
         self._plain_max = tuple(pc.base[c] + pc.age_cap[c] for c in range(CLASSES))
         self._urgent_max = uc.max + uc.overdue_cap
         self._registry = registry
+        self._totals = registry.totals
         self._resources = resources
         self._has_resources = bool(config.resources)
         self._timers = timers
@@ -441,7 +442,7 @@ class Dispatcher:
         lease = self._outcomes.open_lease(task, group, now)
         lease_id = lease.id
         task.started_at = now
-        self._registry.move(task, _RUNNING)
+        self._registry.start(task)
         bucket.dispatched += 1
         bucket.wait.record(now - task.ready_at if now > task.ready_at else 0)
         if inversion:
@@ -452,7 +453,8 @@ class Dispatcher:
             bucket.fixed_total += 1
             if abs(now - fixed.start) <= fixed.tolerance:
                 bucket.fixed_hits += 1
-        self._registry.count("dispatched", pool)
+        self._totals["dispatched"] += 1
+        pool.totals["dispatched"] += 1
         spec = task.spec
         assert spec is not None
         timeout = spec.timeout

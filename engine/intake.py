@@ -49,6 +49,7 @@ class Intake:
         self._pools = pools
         self._default_pool = default_pool
         self._registry = registry
+        self._totals = registry.totals
         self._resources = resources
         self._admission = admission_control
         self._dependencies = dependencies
@@ -78,7 +79,7 @@ class Intake:
 
     def submit(self, now: int, spec: TaskSpec) -> Submitted:
         """Admit one task, or raise AdmissionError. A known key returns the existing task."""
-        pool = self.pool_for(spec)
+        pool = self._default_pool if spec.pool is None else self.pool_for(spec)
         key = spec.key
         if key is not None:
             existing = self._registry.key_owner(key)
@@ -298,7 +299,8 @@ class Intake:
         registry.add(task)
         if spec.deadline is not None:
             self.set_estimate(task, spec)
-        registry.count("submitted", pool)
+        self._totals["submitted"] += 1
+        pool.totals["submitted"] += 1
         if interval is not None:
             pool.reservations.add(task.id, *interval)
         outbox = self._outbox

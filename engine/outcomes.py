@@ -13,7 +13,6 @@ from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Final
 
-from . import transitions
 from .actions import Abort, AbortReason, Resolve, SetStatus
 from .config import CoreConfig
 from .ids import IdAllocator
@@ -26,7 +25,6 @@ from .stats import LogLinearHistogram, WindowBucket
 from .timers import Timers
 from .types import (
     NS_PER_S,
-    TERMINAL_VALUES,
     CancelledByExecutor,
     EngineFault,
     Failure,
@@ -236,9 +234,10 @@ class Outcomes:
         has_output: bool = False,
     ) -> None:
         """End a live task with a terminal ``status`` (a task that ended already stays as it is)."""
-        if task.status._value_ in TERMINAL_VALUES:
+        # The status changes first (checked against the status machine), then the task lets go
+        # of its lease, queue, hold, resources and reservation.
+        if not self._registry.end(task, status):
             return
-        transitions.check(task.id, task.status, status)
         pool = task.pool
         lease = task.lease
         if lease is not None:
@@ -255,7 +254,6 @@ class Outcomes:
             pool.reservations.remove(task.id)
             if not task.fixed_done and status in (_MISSED, _FAILED) and task.started_at is None:
                 task.fixed_done = True
-        self._registry.end(task, status)
         task.finished_at = now
         task.message = message
         task.has_output = has_output

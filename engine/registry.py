@@ -21,7 +21,9 @@ from .types import TERMINAL_VALUES, TaskRef, TaskStatus
 if TYPE_CHECKING:
     from .admission_control import AdmissionControl
 
+_READY: Final = TaskStatus.READY
 _RUNNING: Final = TaskStatus.RUNNING
+_READY_ROW: Final = STATUS_INDEX[TaskStatus.READY.value]
 _RUNNING_ROW: Final = STATUS_INDEX[TaskStatus.RUNNING.value]
 
 
@@ -105,12 +107,17 @@ class Registry:
 
     def add(self, task: Task) -> None:
         """Make ``task`` known by id and key (its status is accounted by ``enter``, if live)."""
-        self._tasks[task.id] = task
+        task_id = task.id
+        self._tasks[task_id] = task
         name = task.pool.name
         index = self._by_pool.get(name)
         if index is None:
             index = self._by_pool[name] = IdIndex()
-        index.add(task.id)
+        ids = index.ids
+        if ids and task_id < ids[-1]:
+            index.add(task_id)  # out of order: inserted in place
+        else:
+            ids.append(task_id)
         if task.key is not None:
             self._keys[task.key] = task.id
 
@@ -137,8 +144,10 @@ class Registry:
         pool.pending += 1
         pool.pending_by_class[cls] += 1
         self._pending += 1
-        assert self._admission is not None
-        self._admission.entered_pending(task)
+        admission = self._admission
+        assert admission is not None
+        if admission.watching:
+            admission.entered_pending(task)
 
     def move(self, task: Task, status: TaskStatus) -> None:
         """Change between live statuses (to the same status: nothing)."""
@@ -159,12 +168,34 @@ class Registry:
             pool.pending_by_class[cls] += 1
             self._pending += 1
             self._running -= 1
-            admission.entered_pending(task)
+            if admission.watching:
+                admission.entered_pending(task)
         elif status is _RUNNING:
             pool.pending -= 1
             pool.pending_by_class[cls] -= 1
             self._pending -= 1
             self._running += 1
+            if admission.watching:
+                admission.left_pending(task)
+
+    def start(self, task: Task) -> None:
+        """A ready task starts running (the one move dispatch makes, so it has its own path)."""
+        old = task.status
+        if old is not _READY:
+            transitions.check(task.id, old, _RUNNING)  # only Ready may start: this raises
+        pool = task.pool
+        cls = task.cls
+        counts = pool.counts
+        counts[_READY_ROW][cls] -= 1
+        counts[_RUNNING_ROW][cls] += 1
+        task.status = _RUNNING
+        pool.pending -= 1
+        pool.pending_by_class[cls] -= 1
+        self._pending -= 1
+        self._running += 1
+        admission = self._admission
+        assert admission is not None
+        if admission.watching:
             admission.left_pending(task)
 
     def end(self, task: Task, status: TaskStatus) -> bool:
@@ -182,8 +213,10 @@ class Registry:
             pool.pending -= 1
             pool.pending_by_class[cls] -= 1
             self._pending -= 1
-            assert self._admission is not None
-            self._admission.left_pending(task)
+            admission = self._admission
+            assert admission is not None
+            if admission.watching:
+                admission.left_pending(task)
         task.status = status
         name = status._value_
         self.totals[name] += 1
