@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import grpc.aio
@@ -13,6 +13,7 @@ from cronoq._client.channel import auth_metadata, open_channel, wants_tls
 from cronoq._client.common import Payload, TaskRef
 from cronoq._client.encoding import (
     OVERLAPS,
+    TaskSpecOptions,
     from_table,
     refuse_single_string,
     status_to_wire,
@@ -25,6 +26,9 @@ from cronoq._client.results import Event, RecurringInfo, Result, Snapshot, Submi
 from cronoq._client.tracing import trace_metadata
 from cronoq.proto import cronoq_pb2 as pb
 from cronoq.proto import cronoq_pb2_grpc
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 # The generated service module carries no annotations.
 pb_grpc: Any = cronoq_pb2_grpc
@@ -106,7 +110,7 @@ class Client:
         wait: bool = False,
         wait_timeout: float | None = None,
         call_timeout: float | None = None,
-        **opts: Any,
+        **opts: Unpack[TaskSpecOptions],
     ) -> Submitted:
         """Submit one task (``opts`` are the ``task()`` keywords); with ``wait=True`` also its result."""
         if wait_timeout is not None and not wait:
@@ -210,7 +214,7 @@ class Client:
         *,
         tz: str | None = None,
         overlap: str = "skip",
-        **opts: Any,
+        **opts: Unpack[TaskSpecOptions],
     ) -> None:
         """Add (or replace) a cron schedule; each occurrence submits the template task."""
         if isinstance(payload, pb.TaskSpec):

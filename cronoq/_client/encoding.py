@@ -7,10 +7,14 @@ import json
 import math
 import numbers
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from cronoq._client.common import Payload, TaskRef
+from cronoq._keywords import keyword_signature, option_names, refuse_unknown
 from cronoq.proto import cronoq_pb2 as pb
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 _PRIORITY_NAMES = ("critical", "high", "normal", "low")
 _MISS_POLICIES = {
@@ -175,30 +179,37 @@ def str_map(values: Mapping[Any, Any] | None) -> dict[str, str]:
     return {str(k): str(v) for k, v in (values or {}).items()}
 
 
-def task(
-    payload: Payload = None,
-    *,
-    pool: str | None = None,
-    kind: str | None = None,
-    priority: Any = None,
-    key: str | None = None,
-    deadline_in: float | None = None,
-    deadline_at: _dt.datetime | float | None = None,
-    start_in: float | None = None,
-    start_at: _dt.datetime | float | None = None,
-    tolerance: float | None = None,
-    on_miss: str | None = None,
-    duration_hint: float | None = None,
-    timeout: float | None = None,
-    retry: Any = None,
-    after: TaskRef | Iterable[TaskRef] | None = None,
-    deps: Iterable[tuple[TaskRef, str] | Mapping[str, Any]] = (),
-    resources: Mapping[str, int] | None = None,
-    tags: Mapping[str, str] | None = None,
-    labels: Mapping[str, str] | None = None,
-    tenant: str | None = None,
-    content_type: str | None = None,
-) -> pb.TaskSpec:
+class TaskSpecOptions(TypedDict, total=False):
+    """The options of one task as ``task()``, ``Client.submit`` and ``Client.add_recurring`` take
+    them (each keyword-only; ``deps`` defaults to ``()``, the rest to ``None``: not set)."""
+
+    pool: str | None
+    kind: str | None
+    priority: Any
+    key: str | None
+    deadline_in: float | None
+    deadline_at: _dt.datetime | float | None
+    start_in: float | None
+    start_at: _dt.datetime | float | None
+    tolerance: float | None
+    on_miss: str | None
+    duration_hint: float | None
+    timeout: float | None
+    retry: Any
+    after: TaskRef | Iterable[TaskRef] | None
+    deps: Iterable[tuple[TaskRef, str] | Mapping[str, Any]]
+    resources: Mapping[str, int] | None
+    tags: Mapping[str, str] | None
+    labels: Mapping[str, str] | None
+    tenant: str | None
+    content_type: str | None
+
+
+TASK_SPEC_OPTIONS = frozenset(option_names(TaskSpecOptions))
+
+
+@keyword_signature(TaskSpecOptions, {"deps": ()})
+def task(payload: Payload = None, **options: Unpack[TaskSpecOptions]) -> pb.TaskSpec:
     """Build the wire ``TaskSpec`` for one task (for ``Client.submit_batch`` or ``add_recurring``).
 
     ``payload`` is encoded as bytes (as-is), str (UTF-8), None (empty) or JSON, with a matching
@@ -206,23 +217,28 @@ def task(
     seconds or aware datetimes. ``after`` adds on-success dependencies; ``deps`` takes
     ``(ref, cond)`` pairs or ``{"ref": ..., "cond": ...}`` mappings.
     """
+    if options:
+        refuse_unknown(options, TASK_SPEC_OPTIONS, "task")
+    deadline_in, deadline_at = options.get("deadline_in"), options.get("deadline_at")
+    start_in, start_at = options.get("start_in"), options.get("start_at")
     if deadline_in is not None and deadline_at is not None:
         raise ValueError("give deadline_in or deadline_at, not both")
     if start_in is not None and start_at is not None:
         raise ValueError("give start_in or start_at, not both")
     data, default_type = encode_value(payload)
+    content_type = options.get("content_type")
     spec = pb.TaskSpec(
         payload=data,
         content_type=default_type if content_type is None else content_type,
-        priority=_priority_to_wire(priority),  # type: ignore[arg-type]
+        priority=_priority_to_wire(options.get("priority")),  # type: ignore[arg-type]
     )
-    if pool is not None:
+    if (pool := options.get("pool")) is not None:
         spec.pool = pool
-    if kind is not None:
+    if (kind := options.get("kind")) is not None:
         spec.kind = kind
-    if key is not None:
+    if (key := options.get("key")) is not None:
         spec.key = key
-    if tenant is not None:
+    if (tenant := options.get("tenant")) is not None:
         spec.tenant = tenant
     if deadline_in is not None:
         spec.deadline_in_s = to_seconds(deadline_in, "deadline_in")
@@ -232,26 +248,26 @@ def task(
         spec.start_in_s = to_seconds(start_in, "start_in")
     if start_at is not None:
         spec.start_unix_ns = _unix_ns(start_at, "start_at")
-    if tolerance is not None:
+    if (tolerance := options.get("tolerance")) is not None:
         spec.tolerance_s = to_seconds(tolerance, "tolerance")
-    if on_miss is not None:
+    if (on_miss := options.get("on_miss")) is not None:
         spec.on_miss = from_table(_MISS_POLICIES, on_miss, "on_miss policy")
-    if duration_hint is not None:
+    if (duration_hint := options.get("duration_hint")) is not None:
         spec.duration_hint_s = to_seconds(duration_hint, "duration_hint")
-    if timeout is not None:
+    if (timeout := options.get("timeout")) is not None:
         spec.timeout_s = to_seconds(timeout, "timeout")
-    if retry is not None:
+    if (retry := options.get("retry")) is not None:
         spec.retry.CopyFrom(_retry_to_wire(retry))
-    if after is not None:
+    if (after := options.get("after")) is not None:
         refs: Iterable[Any] = [after] if isinstance(after, int | str) else after
         for ref in refs:
             spec.deps.append(pb.Dep(target=task_ref_to_wire(ref), cond=pb.EDGE_COND_ON_SUCCESS))
-    for dep in deps:
+    for dep in options.get("deps", ()):
         spec.deps.append(_dep_to_wire(dep))
-    for name, units in (resources or {}).items():
+    for name, units in (options.get("resources") or {}).items():
         spec.resources[str(name)] = int(units)
-    spec.tags.update(str_map(tags))
-    spec.labels.update(str_map(labels))
+    spec.tags.update(str_map(options.get("tags")))
+    spec.labels.update(str_map(options.get("labels")))
     return spec
 
 
