@@ -663,15 +663,6 @@ role = "metrics"
 # ------------------------------------------------------------------------ a real server process
 
 
-def _gateway_is_wired() -> bool:
-    import inspect
-
-    import cronoq.server.app
-
-    return "start_http" in inspect.getsource(cronoq.server.app)
-
-
-@pytest.mark.skipif(not _gateway_is_wired(), reason="cronoq.server.app does not start the HTTP gateway yet")
 async def test_a_cronoq_server_process_serves_http(tmp_path: Path) -> None:
     config = config_text().replace('"127.0.0.1:0"', '"127.0.0.1:{port}"', 1).replace(
         'http_addr = "127.0.0.1:0"', 'http_addr = "127.0.0.1:{http_port}"')  # fmt: skip
