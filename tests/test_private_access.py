@@ -14,6 +14,9 @@ Not covered, on purpose: dunder names (``__class__``), enum "sunder" names (``_v
 ``_name_``), the namedtuple API (``_replace``, ``_asdict``, ``_fields``, ``_make``), and private
 names of modules from outside the project (``os._exit``: the standard library's own business).
 Generated protobuf modules are not checked.
+
+``KNOWN`` lists the uses that predate this test and are still to be removed, each by module and
+name; the test fails when one is no longer needed, so the list only shrinks.
 """
 
 from __future__ import annotations
@@ -27,6 +30,14 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("engine", "stores", "shard", "router", "cluster", "config", "cronoq")
 NAMEDTUPLE_API = frozenset({"_replace", "_asdict", "_fields", "_make", "_field_defaults"})
+
+# Still to be removed: the Postgres lease keeper works on its store's connection state and error
+# mapping; the client builds its public result types through their private ``_from_pb``.
+KNOWN: dict[str, frozenset[str]] = {
+    "stores/_pg_lease.py": frozenset({"_map_error", "_lock_conn", "_s", "_drop_lock_session", "_lock_session", "_key"}),
+    "cronoq/_client/client.py": frozenset({"_from_pb"}),
+    "cronoq/_client/worker.py": frozenset({"_from_pb"}),
+}
 
 
 def _modules() -> Iterator[Path]:
@@ -111,12 +122,25 @@ def violations(path: Path, source: str, shown: Path) -> list[str]:
 
 
 def test_no_module_reaches_into_another_modules_private_members() -> None:
-    found = [
-        violation
-        for path in _modules()
-        for violation in violations(path, path.read_text(encoding="utf-8"), path.relative_to(ROOT))
-    ]
+    found: list[str] = []
+    used: dict[str, set[str]] = {}
+    for path in _modules():
+        shown = path.relative_to(ROOT)
+        known = KNOWN.get(str(shown), frozenset())
+        for violation in violations(path, path.read_text(encoding="utf-8"), shown):
+            name = _private_name(violation)
+            if name in known:
+                used.setdefault(str(shown), set()).add(name)
+            else:
+                found.append(violation)
     assert not found, "private members used outside their module:\n" + "\n".join(found)
+    stale = {module: sorted(names - used.get(module, set())) for module, names in KNOWN.items()}
+    assert not any(stale.values()), f"no longer used, remove them from KNOWN: {stale}"
+
+
+def _private_name(violation: str) -> str:
+    """The private name a violation (as ``violations`` words it) is about."""
+    return violation.rsplit(" import ", 1)[1] if " import " in violation else violation.rsplit(".", 1)[1]
 
 
 @pytest.mark.parametrize(
