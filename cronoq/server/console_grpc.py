@@ -31,24 +31,24 @@ class ConsoleServicer(cpbg.ConsoleServicer):
 
     async def SearchTasks(self, request: cpb.SearchTasksRequest, context: Any) -> pb.ListTasksResponse:
         services = self._services
-        return await services._unary(context, request, services.router.search_tasks)
+        return await services.run_unary(context, request, services.router.search_tasks)
 
     async def GetTaskDetail(self, request: pb.GetRequest, context: Any) -> cpb.TaskDetail:
         services = self._services
-        return await services._unary(context, request, services.router.task_detail)
+        return await services.run_unary(context, request, services.router.task_detail)
 
     async def ListShards(self, request: pb.Empty, context: Any) -> cpb.ListShardsResponse:
         services = self._services
-        return await services._unary(context, request, services.router.list_shards)
+        return await services.run_unary(context, request, services.router.list_shards)
 
     async def ListSchedules(self, request: pb.Empty, context: Any) -> cpb.ListSchedulesResponse:
         services = self._services
-        return await services._unary(context, request, services.router.list_schedules)
+        return await services.run_unary(context, request, services.router.list_schedules)
 
     async def PauseSchedule(self, request: cpb.ScheduleRequest, context: Any) -> cpb.ScheduleResponse:
         services = self._services
-        return await services._unary(context, request, services.router.pause_schedule)
+        return await services.run_unary(context, request, services.router.pause_schedule)
 
     async def ResumeSchedule(self, request: cpb.ScheduleRequest, context: Any) -> cpb.ScheduleResponse:
         services = self._services
-        return await services._unary(context, request, services.router.resume_schedule)
+        return await services.run_unary(context, request, services.router.resume_schedule)

@@ -256,6 +256,9 @@ class GrpcServices(pbg.TasksServicer, pbg.AdminServicer, pbg.WorkersServicer):
         except Exception as exc:
             return await _abort(context, from_exception(exc))  # type: ignore[no-any-return]
 
+    run_unary = _unary
+    """How the services registered beside these (``console_grpc``) run a unary call."""
+
     # ------------------------------------------------------------------------------- Tasks
 
     async def Submit(self, request: pb.SubmitRequest, context: Any) -> pb.SubmitResponse:
