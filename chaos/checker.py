@@ -242,12 +242,12 @@ def _check_attempts(history: History, result: CheckResult, found: list[Violation
                     )
                 )
     for execution in history.executions:
-        task = stored.get(execution.task_id)
-        if task is not None and execution.attempt > task.max_attempts:
+        owner = stored.get(execution.task_id)
+        if owner is not None and execution.attempt > owner.max_attempts:
             found.append(
                 Violation(
                     "attempts-exceeded",
-                    f"task {execution.task_id} ran attempt {execution.attempt} of {task.max_attempts}",
+                    f"task {execution.task_id} ran attempt {execution.attempt} of {owner.max_attempts}",
                 )
             )
 

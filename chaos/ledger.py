@@ -21,6 +21,7 @@ import sqlite3
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 from pathlib import Path
 
 __all__ = ["Ledger", "Submission", "epoch_of"]
@@ -174,7 +175,7 @@ class Ledger:
 
     # ---------------------------------------------------------------------------------- readers
 
-    def query(self, sql: str, params: Sequence[object] = ()) -> list[tuple[object, ...]]:
+    def query(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
         return list(self._conn.execute(sql, params))
 
     def acked_ids(self) -> set[int]:

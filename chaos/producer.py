@@ -21,6 +21,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from cronoq.client import Client, ClientError
 
@@ -76,10 +77,10 @@ class Producer:
         self._slots = asyncio.Semaphore(plan.max_in_flight)
         self._stop = asyncio.Event()
 
-    def _spec(self, key: str, parent: int | None) -> dict[str, object]:
+    def _spec(self, key: str, parent: int | None) -> dict[str, Any]:
         plan = self.plan
         slow = plan.slow_fraction > 0 and self.rng.random() < plan.slow_fraction
-        opts: dict[str, object] = {
+        opts: dict[str, Any] = {
             "pool": plan.pool,
             "key": key,
             "retry": {"max_attempts": plan.max_attempts, "initial_backoff": 0.05, "max_backoff": 0.5},

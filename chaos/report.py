@@ -119,8 +119,8 @@ def plot_svg(history: History, title: str) -> str:
     for when in dones:
         rate[int((when - start) / BUCKET_S)] += 1 / BUCKET_S
     lat_buckets: list[list[float]] = [[] for _ in range(count)]
-    for sent, latency in acks:
-        lat_buckets[int((sent - start) / BUCKET_S)].append(latency * 1000)
+    for sent, took in acks:
+        lat_buckets[int((sent - start) / BUCKET_S)].append(took * 1000)
     latency = [statistics.median(b) if b else None for b in lat_buckets]
     top_rate = max(rate) or 1.0
     top_lat = max((v for v in latency if v is not None), default=1.0) or 1.0

@@ -241,17 +241,17 @@ def _history(ledger: Ledger, monitor: LeaderMonitor, stored: list[StoredTask]) -
                 int(seq),
                 str(key),
                 str(pool),
-                None if parent is None else str(parent),  # type: ignore[arg-type]
+                None if parent is None else str(parent),
                 None if task_id is None else int(task_id),
                 bool(acked),
                 bool(dup),
-                int(tries),  # type: ignore[arg-type]
+                int(tries),
                 float(sent),
-                None if acked_at is None else float(acked_at),  # type: ignore[arg-type]
+                None if acked_at is None else float(acked_at),
                 None if error is None else str(error),
             )
         )
-    history.client_errors = [(str(p), float(at), str(c)) for p, at, c in ledger.query("SELECT * FROM client_errors")]  # type: ignore[arg-type]
+    history.client_errors = [(str(p), float(at), str(c)) for p, at, c in ledger.query("SELECT * FROM client_errors")]
     for table, target in (("executions", history.executions), ("repeats", history.repeats)):
         columns = "task_id, attempt, worker, lease, " + (
             "key, started_at, finished_at, outcome" if table == "executions" else "'', started_at, NULL, NULL"
@@ -266,8 +266,8 @@ def _history(ledger: Ledger, monitor: LeaderMonitor, stored: list[StoredTask]) -
                     str(worker),
                     int(lease),
                     str(key),
-                    float(started),  # type: ignore[arg-type]
-                    None if finished is None else float(finished),  # type: ignore[arg-type]
+                    float(started),
+                    None if finished is None else float(finished),
                     None if outcome is None else str(outcome),
                 )
             )
@@ -279,9 +279,9 @@ def _history(ledger: Ledger, monitor: LeaderMonitor, stored: list[StoredTask]) -
                 str(name),
                 str(target_name),
                 None if shard is None else str(shard),
-                float(started),  # type: ignore[arg-type]
+                float(started),
                 None if ended is None else float(ended),
-            )  # type: ignore[arg-type]
+            )
         )
     return history
 
