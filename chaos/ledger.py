@@ -21,8 +21,8 @@ import sqlite3
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 __all__ = ["Ledger", "Submission", "epoch_of"]
 
