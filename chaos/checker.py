@@ -371,11 +371,12 @@ def _rate_series(times: Sequence[float], start: float, end: float) -> list[tuple
     """(bucket start, events per second) from ``start`` to ``end``."""
     if end <= start:
         return []
-    count = int((end - start) / BUCKET_S) + 1
+    count = max(1, int((end - start) / BUCKET_S))  # whole buckets only: a cut one looks like a dip
     buckets = [0] * count
     for when in times:
-        if start <= when < end:
-            buckets[int((when - start) / BUCKET_S)] += 1
+        index = int((when - start) / BUCKET_S)
+        if start <= when and index < count:
+            buckets[index] += 1
     return [(start + i * BUCKET_S, n / BUCKET_S) for i, n in enumerate(buckets)]
 
 
@@ -416,9 +417,8 @@ def measure_faults(history: History) -> list[FaultMeasure]:
         unavailable = (seen[-1] - seen[0]) if seen else 0.0
         dip = None
         if baseline:
-            during = [
-                rate for _, rate in _rate_series(dones, fault.started_at, max(ended, fault.started_at + BUCKET_S))
-            ]
+            window = max(ended, fault.started_at + 2 * BUCKET_S)
+            during = [rate for _, rate in _rate_series(dones, fault.started_at, window)]
             if during:
                 dip = max(0.0, 1.0 - min(during) / baseline)
         recovery = None

@@ -385,6 +385,8 @@ async def run_drill(
             await ctx.proxy.close()
         if ctx.postgres is not None:
             await asyncio.to_thread(ctx.postgres.destroy)
+    if ctx.monitor is not None:
+        ctx.ledger.add_leadership(ctx.monitor.changes)  # kept with the run, for checking it again offline
     history = _history(ctx.ledger, ctx.monitor, stored) if ctx.monitor is not None else History()
     ctx.ledger.close()
     result = check(history)
@@ -441,6 +443,18 @@ def outcome_json(outcome: RunOutcome) -> str:
                 for m in measures
             ],
             "duration_s": round(outcome.duration_s, 2),
+            "notes": [note for note in outcome.notes if _noteworthy(note)],
         },
         sort_keys=False,
+    )
+
+
+def _noteworthy(note: str) -> bool:
+    """The drill's own remarks and the launcher's warnings; not its routine start-up lines."""
+    return (
+        note.startswith("!!")
+        or "no leader" in note
+        or "took over" in note
+        or "found no" in note
+        or ("listing missed" in note)
     )
