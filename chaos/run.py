@@ -320,10 +320,11 @@ async def run_drill(
             shutdown_grace_s=1.0,
         )
         ctx.cluster = Cluster(cluster_options, say=lambda text: ctx.notes.append(text))
-        await ctx.cluster.start()
         if ctx.proxy is not None:
+            # Before the start: the servers' first connections (the lock session) must be known too.
             running = ctx.cluster
             ctx.proxy.owners = lambda: _replica_pids(running)
+        await ctx.cluster.start()
         ctx.monitor = LeaderMonitor(ctx.cluster.shards)
         ctx.monitor.start()
         worker_token, client_token = ctx.cluster.token("worker"), ctx.cluster.token("client")
