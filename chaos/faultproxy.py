@@ -34,18 +34,23 @@ _MAX_STARTUP = 10_000
 
 
 def _socket_inode(local_port: int, remote_port: int) -> int | None:
-    """The inode of the loopback socket ``127.0.0.1:local_port -> 127.0.0.1:remote_port``."""
-    wanted_local = f"0100007F:{local_port:04X}"
-    wanted_remote = f"0100007F:{remote_port:04X}"
-    try:
-        with open("/proc/net/tcp") as table:
-            next(table)
-            for line in table:
-                fields = line.split()
-                if fields[1] == wanted_local and fields[2] == wanted_remote:
-                    return int(fields[9])
-    except (OSError, StopIteration, IndexError, ValueError):
-        return None
+    """The inode of the loopback socket ``127.0.0.1:local_port -> 127.0.0.1:remote_port``: in
+    ``/proc/net/tcp``, or in ``tcp6`` as an IPv4-mapped address (gRPC opens dual-stack sockets)."""
+    tables = (
+        ("/proc/net/tcp", "0100007F"),
+        ("/proc/net/tcp6", "0000000000000000FFFF00000100007F"),
+    )
+    for path, host in tables:
+        wanted_local, wanted_remote = f"{host}:{local_port:04X}", f"{host}:{remote_port:04X}"
+        try:
+            with open(path) as table:
+                next(table)
+                for line in table:
+                    fields = line.split()
+                    if fields[1] == wanted_local and fields[2] == wanted_remote:
+                        return int(fields[9])
+        except (OSError, StopIteration, IndexError, ValueError):
+            continue
     return None
 
 
