@@ -37,6 +37,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="a Postgres to make schemas in (default: a throwaway server per run)")  # fmt: skip
     run.add_argument("--pause", type=float, default=15.0,
                      help="seconds leader-pause freezes the leader; outages scale from it (default 15)")  # fmt: skip
+    run.add_argument("--backlog", type=int, default=0, metavar="N",
+                     help="live tasks (due in an hour) put in shard s1 first: what a new leader recovers")  # fmt: skip
     run.add_argument("--report", type=Path, metavar="DIR", help="write report.md, runs.jsonl and plots here")
     run.add_argument("--keep", action="store_true", help="keep each run's ledger and logs under --report DIR")
     return parser
@@ -55,6 +57,8 @@ def _validate(args: argparse.Namespace) -> str | None:
         return "--pause must be between 1 and 600 seconds"
     if args.dsn is not None and not args.dsn.startswith(("postgres://", "postgresql://")):
         return "--dsn must be a postgres:// or postgresql:// URL"
+    if not 0 <= args.backlog <= 1_000_000:
+        return "--backlog must be between 0 and 1000000"
     if args.keep and args.report is None:
         return "--keep needs --report DIR"
     return None
@@ -93,7 +97,7 @@ async def _run(args: argparse.Namespace, drills: Sequence[object]) -> int:
     outcomes: list[RunOutcome] = []
     lines: list[str] = []
     base = RunOptions(shards=args.shards, replicas=args.replicas, tasks=args.tasks, rate=args.rate, seed=args.seed,
-                      store=args.store, dsn=args.dsn, pause_s=args.pause)  # fmt: skip
+                      store=args.store, dsn=args.dsn, pause_s=args.pause, backlog=args.backlog)  # fmt: skip
     for drill in drills:
         assert isinstance(drill, Drill)
         store = args.store if args.store in drill.stores else sorted(drill.stores)[0]

@@ -29,8 +29,12 @@ from .ledger import Ledger, Submission
 
 __all__ = ["ProducerPlan", "main"]
 
-RETRYABLE = frozenset({"unavailable", "resource_exhausted", "deadline_exceeded", "unknown", "internal", "aborted"})
-"""Codes after which the submission's fate is unknown or transient: try again with the same key."""
+RETRYABLE = frozenset(
+    {"unavailable", "resource_exhausted", "deadline_exceeded", "cancelled", "unknown", "internal", "aborted"}
+)
+"""Codes after which the submission's fate is unknown or transient: try again with the same key.
+``cancelled`` is among them: the producer never cancels a call, but a server that loses its
+leadership cancels the calls it had received and not yet started (the drills record how often)."""
 CALL_TIMEOUT_S = 5.0
 FLUSH_EVERY_S = 0.25
 

@@ -16,6 +16,7 @@ import random
 import shutil
 import tempfile
 import time
+from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +25,7 @@ from cronoq.cluster.launcher import Cluster, RunningShard
 from cronoq.cluster.layout import ClusterOptions, pools_of_shard
 from cronoq.cluster.replica import Replica
 
-from cronoq.client import Client, ClientError
+from cronoq.client import Client, ClientError, task
 
 from .checker import CheckResult, Execution, Fault, History, StoredTask, check
 from .drills import Drill
@@ -58,6 +59,9 @@ class RunOptions:
     drain_timeout_s: float = 120.0
     recurring: bool = True
     dep_every: int = 10
+    backlog: int = 0
+    """Live tasks (scheduled an hour ahead) put into the first shard before the load, so a new
+    leader has that many to recover (the checker does not follow them)."""
 
 
 @dataclass(slots=True)
@@ -190,6 +194,19 @@ def _producer_plans(ctx: RunContext, run_tag: str) -> list[tuple[ProducerPlan, s
     return plans
 
 
+async def _fill_backlog(client: Client, pool: str, count: int) -> None:
+    """``count`` live tasks due in an hour, in batches of 1000, four batches in flight."""
+    spec = task({"work": 0.0, "slow": 0.0}, pool=pool, start_in=3600.0)
+    sizes = [min(1000, count - start) for start in range(0, count, 1000)]
+    slots = asyncio.Semaphore(4)
+
+    async def batch(size: int) -> None:
+        async with slots:
+            await client.submit_batch([spec] * size)
+
+    await asyncio.gather(*(batch(size) for size in sizes))
+
+
 async def _drain(ctx: RunContext, timeout: float) -> bool:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -317,6 +334,7 @@ async def run_drill(
             schema_prefix=f"chaos_{rng.getrandbits(40):010x}_",
             restart=drill.restart,
             pool_settings=dict(drill.pool_settings),
+            limits={"max_pending_per_pool": 2 * options.backlog + 100_000} if options.backlog else {},
             shutdown_grace_s=1.0,
         )
         ctx.cluster = Cluster(cluster_options, say=lambda text: ctx.notes.append(text))
@@ -353,6 +371,8 @@ async def run_drill(
             # Every second, one occurrence; the checker sees each occurrence's key at most once.
             await admin.add_recurring(RECURRING_NAME, "* * * * * *", {"work": WORK_S, "slow": 0.0}, key=RECURRING_NAME,
                                       pool=ctx.cluster.shards[0].plan.pools[0])  # fmt: skip
+        if options.backlog:
+            await _fill_backlog(admin, ctx.cluster.shards[0].plan.pools[0], options.backlog)
         for plan, _shard in _producer_plans(ctx, run_tag):
             path = run_dir / f"{plan.name}.json"
             plan.write(path)
@@ -444,6 +464,8 @@ def outcome_json(outcome: RunOutcome) -> str:
                 for m in measures
             ],
             "duration_s": round(outcome.duration_s, 2),
+            "client_error_codes": dict(Counter(code for _, _, code in outcome.history.client_errors)),
+            "unacknowledged_errors": sorted({s.error or "" for s in outcome.history.submissions if not s.acked})[:5],
             "notes": [note for note in outcome.notes if _noteworthy(note)],
         },
         sort_keys=False,
