@@ -445,6 +445,7 @@ def outcome_json(outcome: RunOutcome) -> str:
             "repeated": result.repeated,
             "stale_writes": result.stale_writes,
             "stale_outcomes": result.stale_outcomes,
+            "late_leases": result.late_leases,
             "ok": result.ok and outcome.drained,
             "drained": outcome.drained,
             "violations": [{"rule": v.rule, "detail": v.detail} for v in result.violations],

@@ -8,7 +8,6 @@ SQLite. The long measurements are ``make chaos``, not this."""
 from __future__ import annotations
 
 import pytest
-
 from cronoq.chaos.drills import load
 from cronoq.chaos.run import RunOptions, outcome_json, run_drill
 
