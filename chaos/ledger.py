@@ -24,7 +24,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Ledger", "Submission", "epoch_of"]
+__all__ = ["KEEPALIVE", "Ledger", "Submission", "epoch_of"]
+
+KEEPALIVE = (
+    ("grpc.keepalive_time_ms", 6000),
+    ("grpc.keepalive_timeout_ms", 3000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+)
+"""Channel options of the drills' producers and workers: HTTP/2 pings find a server that is frozen
+(its kernel still answers TCP) within about 9 s, and the channel reconnects (through the shard's
+proxy, to the new leader). Without them a client stays with a frozen server until it wakes. The
+servers accept a ping every 5 s (``grpc.http2.min_ping_interval_without_data_ms``)."""
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS submissions (

@@ -25,7 +25,7 @@ from typing import Any
 
 from cronoq.client import Client, ClientError
 
-from .ledger import Ledger, Submission
+from .ledger import KEEPALIVE, Ledger, Submission
 
 __all__ = ["ProducerPlan", "main"]
 
@@ -73,7 +73,7 @@ class ProducerPlan:
 class Producer:
     def __init__(self, plan: ProducerPlan, token: str | None) -> None:
         self.plan = plan
-        self.client = Client(plan.target, token=token)
+        self.client = Client(plan.target, token=token, options=KEEPALIVE)
         self.ledger = Ledger(plan.ledger)
         self.rng = random.Random(plan.seed)
         self._pending: list[Submission] = []

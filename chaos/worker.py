@@ -20,7 +20,7 @@ import sys
 
 from cronoq.client import Lease, Worker
 
-from .ledger import Ledger
+from .ledger import KEEPALIVE, Ledger
 
 __all__ = ["main"]
 
@@ -45,7 +45,7 @@ async def serve(target: str, pool: str, name: str, ledger_path: str, slots: int)
         return {"attempt": lease.attempt}
 
     worker = Worker(target, pool, handle, slots=slots, token=os.environ.get("CRONOQ_TOKEN"), name=name,
-                    backoff=(0.05, 1.0), grace=5.0)  # fmt: skip
+                    backoff=(0.05, 1.0), grace=5.0, options=KEEPALIVE)  # fmt: skip
     loop = asyncio.get_running_loop()
     stopping = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stopping.set)
