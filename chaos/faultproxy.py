@@ -112,6 +112,8 @@ class FaultProxy:
         self.port = 0
         self.latency_s = 0.0
         self.connections: set[Connection] = set()
+        self.held_chunks = 0
+        """Chunks that arrived while their connection was blackholed (held, delivered on heal)."""
         self._blackholes: list[Selector] = []
         self._server: asyncio.Server | None = None
         self._pumps: set[asyncio.Task[None]] = set()
@@ -240,7 +242,9 @@ class FaultProxy:
                     break
                 if self.latency_s > 0:
                     await asyncio.sleep(self.latency_s)
-                await connection.unblocked.wait()
+                if not connection.unblocked.is_set():
+                    self.held_chunks += 1
+                    await connection.unblocked.wait()
                 sink.write(data)
                 await sink.drain()
             if sink.can_write_eof():

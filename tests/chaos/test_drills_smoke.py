@@ -9,9 +9,40 @@ from __future__ import annotations
 
 import pytest
 from cronoq.chaos.drills import load
-from cronoq.chaos.run import RunOptions, outcome_json, run_drill
+from cronoq.chaos.run import RunOptions, RunOutcome, outcome_json, run_drill
 
 DRILLS = load()
+
+
+def _leaderless(outcome: RunOutcome) -> bool:
+    return any(m.leaderless_s for m in outcome.result.faults)
+
+
+def _client_errors(outcome: RunOutcome) -> bool:
+    return any(m.errors for m in outcome.result.faults)
+
+
+def _retried(outcome: RunOutcome) -> bool:
+    return any(e.attempt >= 2 for e in outcome.history.executions)
+
+
+def _found_lock_session(outcome: RunOutcome) -> bool:
+    return not any("found no lock session" in note for note in outcome.notes)
+
+
+EXPECTED = {
+    "leader-kill": [_leaderless],
+    "leader-pause": [_leaderless],
+    "pg-proxy-faults": [_found_lock_session],
+    "partition-shards": [_client_errors],
+    "partition-replicas": [_client_errors],
+    "worker-silent": [_retried],
+    "worker-slow": [_retried],
+    "shard-lost": [_leaderless, _client_errors],
+    "rolling-restart": [_leaderless],
+    "restart-all": [_leaderless],
+}
+"""What each fault must visibly do (so a drill whose fault silently missed cannot pass)."""
 SMOKE = RunOptions(tasks=300, rate=100.0, pause_s=11.0, producers=2, workers_per_shard=2, drain_timeout_s=60.0)
 
 
@@ -43,3 +74,5 @@ async def test_drill_runs_and_every_promise_holds(name: str, request: pytest.Fix
     succeeded = {e.task_id for e in outcome.history.executions if e.outcome == "succeeded"}
     acked = {s.task_id for s in outcome.history.submissions if s.acked}
     assert acked <= succeeded, summary
+    for expectation in EXPECTED.get(name, []):
+        assert expectation(outcome), f"{expectation.__name__} not seen: {summary}"
