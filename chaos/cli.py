@@ -21,8 +21,11 @@ __all__ = ["main"]
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cronoq chaos", description="Failover drills against real cronoq clusters.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{list,run}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{list,run,table}")
     commands.add_parser("list", help="the drills and what each does")
+    table = commands.add_parser("table", help="the summary table of recorded runs (runs.jsonl files)")
+    table.add_argument("files", nargs="+", type=Path, metavar="RUNS.jsonl")
+    table.add_argument("--markdown", action="store_true", help="a Markdown table")
     run = commands.add_parser("run", help="run drills (`all` for every drill)")
     run.add_argument("drills", nargs="+", metavar="DRILL")
     run.add_argument("--runs", type=int, default=1, help="runs per drill, seeds SEED, SEED+1, ... (default 1)")
@@ -78,6 +81,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             only = "" if len(drill.stores) > 1 else f" [{next(iter(drill.stores))} only]"
             print(f"{drill.name.ljust(width)}  {drill.summary}{only}")
         return 0
+    if args.command == "table":
+        return _table(args.files, markdown=args.markdown)
     problem = _validate(args)
     names = list(drills) if args.drills == ["all"] else args.drills
     unknown = [name for name in names if name not in drills]
@@ -87,6 +92,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"cronoq chaos run: {problem}", file=sys.stderr)
         return 2
     return asyncio.run(_run(args, [drills[name] for name in names]))
+
+
+def _table(files: Sequence[Path], *, markdown: bool) -> int:
+    from .report import read_lines, summarize_lines, summary_table
+
+    lines = []
+    for path in files:
+        try:
+            lines += read_lines(path)
+        except (OSError, ValueError) as exc:
+            print(f"cronoq chaos table: cannot read {path}: {exc}", file=sys.stderr)
+            return 1
+    try:
+        print(summary_table(summarize_lines(lines), markdown=markdown))
+    except (KeyError, TypeError) as exc:
+        print(f"cronoq chaos table: not a runs.jsonl line of `cronoq chaos run` ({exc})", file=sys.stderr)
+        return 1
+    return 0
 
 
 async def _run(args: argparse.Namespace, drills: Sequence[object]) -> int:

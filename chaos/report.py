@@ -9,11 +9,12 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .checker import History, percentile
 from .run import RunOutcome
 
-__all__ = ["DrillSummary", "plot_svg", "summarize", "summary_table", "write_report"]
+__all__ = ["DrillSummary", "plot_svg", "read_lines", "summarize", "summarize_lines", "summary_table", "write_report"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,5 +207,30 @@ def write_report(directory: Path, outcomes: Sequence[RunOutcome], lines: Sequenc
     return path
 
 
-def read_lines(path: Path) -> list[dict[str, object]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+def read_lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip().startswith("{")]
+
+
+def summarize_lines(lines: Sequence[dict[str, Any]]) -> list[DrillSummary]:
+    """The summaries of recorded runs (JSON lines, possibly from several invocations)."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for line in lines:
+        groups.setdefault((line["drill"], line["store"]), []).append(line)
+    counted = {"lost", "repeated-attempt", "stale-write"}
+    return [
+        DrillSummary(
+            drill=drill,
+            store=store,
+            runs=len(runs),
+            failed_runs=sum(1 for run in runs if not run["ok"]),
+            tasks=sum(run["tasks"] for run in runs),
+            acknowledged=sum(run["acknowledged"] for run in runs),
+            lost=sum(run["lost"] for run in runs),
+            repeated=sum(run["repeated"] for run in runs),
+            stale_writes=sum(run["stale_writes"] for run in runs),
+            other_violations=sum(1 for run in runs for v in run["violations"] if v["rule"] not in counted),
+            takeovers=tuple(t for run in runs for t in run["takeover_s"]),
+            unavailable=tuple(f["unavailable_s"] for run in runs for f in run["faults"]),
+        )
+        for (drill, store), runs in groups.items()
+    ]
