@@ -1,10 +1,11 @@
 """The drills: each is a ``Drill`` (what it needs of the cluster, and its ``inject`` coroutine)
-registered by name. Adding a drill is one small module that calls ``register`` and one line in
-``_MODULES`` below."""
+registered by name. Adding a drill is one small module in this folder that calls ``register``:
+``load()`` imports every module here."""
 
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -37,7 +38,8 @@ class Drill:
 
 DRILLS: dict[str, Drill] = {}
 
-_MODULES = ("leader", "store", "workers", "topology", "partition")
+_ORDER = ("leader", "store", "partition", "workers", "topology")
+"""Modules listed first, in this order (``list`` and ``run all`` follow it); others come after."""
 
 
 def register(drill: Drill) -> Drill:
@@ -49,6 +51,7 @@ def register(drill: Drill) -> Drill:
 
 def load() -> dict[str, Drill]:
     """Every drill, in registration order."""
-    for module in _MODULES:
+    found = sorted(info.name for info in pkgutil.iter_modules(__path__) if not info.name.startswith("_"))
+    for module in [*(m for m in _ORDER if m in found), *(m for m in found if m not in _ORDER)]:
         importlib.import_module(f"{__name__}.{module}")
     return DRILLS
