@@ -195,16 +195,17 @@ def _producer_plans(ctx: RunContext, run_tag: str) -> list[tuple[ProducerPlan, s
 
 
 async def _fill_backlog(client: Client, pool: str, count: int) -> None:
-    """``count`` live tasks due in an hour, in batches of 1000, four batches in flight."""
-    spec = task({"work": 0.0, "slow": 0.0}, pool=pool, start_in=3600.0)
-    sizes = [min(1000, count - start) for start in range(0, count, 1000)]
+    """``count`` live tasks: children of one task due in an hour, so they wait (blocked) through
+    the whole run; in batches of 1000, four batches in flight."""
+    parent = (await client.submit({"work": 0.0, "slow": 0.0}, pool=pool, start_in=3600.0)).id
+    spec = task({"work": 0.0, "slow": 0.0}, pool=pool, after=parent)
     slots = asyncio.Semaphore(4)
 
     async def batch(size: int) -> None:
         async with slots:
             await client.submit_batch([spec] * size)
 
-    await asyncio.gather(*(batch(size) for size in sizes))
+    await asyncio.gather(*(batch(min(1000, count - start)) for start in range(0, count, 1000)))
 
 
 async def _drain(ctx: RunContext, timeout: float) -> bool:
