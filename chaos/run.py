@@ -249,6 +249,19 @@ async def _stored_tasks(client: Client, pools: list[str]) -> tuple[list[StoredTa
         cursor = page.next_after
 
 
+def _undrained(ledger: Ledger, stored: list[StoredTask]) -> list[str]:
+    """For a run that did not drain: what the ledger and the store say of the tasks it waited for."""
+    by_id = {task.id: task for task in stored}
+    waiting = sorted(ledger.acked_ids() - ledger.finished_ids())
+    notes = [f"drain: {len(waiting)} acknowledged task(s) never succeeded in the ledger"]
+    for task_id in waiting[:5]:
+        task = by_id.get(task_id)
+        runs = ledger.query("SELECT attempt, worker, outcome FROM executions WHERE task_id = ?", (task_id,))
+        state = "missing from the store" if task is None else f"{task.status} at attempt {task.attempt}"
+        notes.append(f"drain: task {task_id} is {state}; executions {runs}")
+    return notes
+
+
 def _history(ledger: Ledger, monitor: LeaderMonitor, stored: list[StoredTask]) -> History:
     history = History(stored=stored, leadership=list(monitor.changes))
     for row in ledger.query("SELECT * FROM submissions"):
@@ -393,6 +406,8 @@ async def run_drill(
         try:
             stored, problems = await _stored_tasks(lister, pools)
             ctx.notes.extend(problems)
+            if not drained:
+                ctx.notes.extend(_undrained(ctx.ledger, stored))
         finally:
             await lister.close()
             await admin.close()
