@@ -220,6 +220,10 @@ class LimitsConfig:
     max_concurrent_requests_per_caller: int = 256
     """Requests in flight at once for one credential (or one tenant, when the credential pins
     one), so a single caller cannot take every ``max_concurrent_requests`` slot."""
+    max_streams_per_caller: int = 1024
+    """Streams open at once for one credential (or pinned tenant): Watch (gRPC and gRPC-Web),
+    Workers.Work and the Peers.Forward streams other nodes open with it; RESOURCE_EXHAUSTED past
+    it. A fleet of more workers than this sharing one token needs a higher value."""
     header_timeout_s: float = 10.0
     """Time a connection gets to deliver a complete request head (HTTP/1.1), its first request
     (HTTP/2) or its TLS and HTTP/2 handshake (gRPC); it is closed past that."""

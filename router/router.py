@@ -157,8 +157,8 @@ def status_of(exc: BaseException) -> grpc.StatusCode | None:
 class Router:
     """Routes every call of the API between this node's shard and its peers."""
 
-    def __init__(self, config: Config, local: LocalApi, *,
-                 traceparent: Callable[[], str | None] | None = None) -> None:  # fmt: skip
+    def __init__(self, config: Config, local: LocalApi, *, traceparent: Callable[[], str | None] | None = None,
+                 time_left: Callable[[], float | None] | None = None) -> None:  # fmt: skip
         self.config = config
         self.local = local
         self.limits = config.limits
@@ -171,6 +171,9 @@ class Router:
         self._by_number = {shard.number: shard for shard in config.shards}
         self._ordered = sorted(config.shards, key=lambda shard: shard.number)
         self._traceparent = traceparent
+        # What is left of the time the caller of the call being routed waits (its deadline);
+        # a forwarded call carries no more than that, so its shard stops when the caller does.
+        self._time_left = time_left
         self._console_stubs: dict[int, tuple[Any, Any]] = {}  # per peer channel
         self._coalescer = SubmitCoalescer(
             max_tasks=min(self.limits.max_tasks_per_batch, COALESCE_MAX_TASKS),
@@ -247,6 +250,10 @@ class Router:
         peer = self.peers.peer(shard.name)
         return peer if peer.refusal is None else None
 
+    def _within_deadline(self, timeout: float) -> float:
+        left = self._time_left() if self._time_left is not None else None
+        return timeout if left is None else min(timeout, left)
+
     def _current_trace(self) -> str | None:
         return self._traceparent() if self._traceparent is not None else None
 
@@ -259,9 +266,11 @@ class Router:
         return metadata
 
     async def _forward(self, peer: Peer, service: str, method: str, request: Any, caller: Caller,
-                       timeout: float) -> Any:  # fmt: skip
+                       timeout: float, *, callers_deadline: bool = True) -> Any:  # fmt: skip
         """One unary call answered by ``peer``: over its Forward stream, or a unary gRPC call to a
-        peer without one (an older version)."""
+        peer without one (an older version), within what is left of the caller's deadline."""
+        if callers_deadline:  # not for the coalescer's calls, which carry several callers' Submits
+            timeout = self._within_deadline(timeout)
         traceparent = self._current_trace()
         if service == "console":
             return await self._forward_console(peer, method, request, caller, timeout, traceparent)
@@ -304,12 +313,14 @@ class Router:
 
     async def _forward_submit(self, route: Route, request: pb.SubmitRequest) -> pb.SubmitResponse:
         peer, caller, timeout = route.target
-        response: pb.SubmitResponse = await self._forward(peer, "tasks", "Submit", request, caller, timeout)
+        response: pb.SubmitResponse = await self._forward(peer, "tasks", "Submit", request, caller, timeout,
+                                                          callers_deadline=False)  # fmt: skip
         return response
 
     async def _forward_submit_batch(self, route: Route, batch: pb.SubmitBatchRequest) -> pb.SubmitBatchResponse:
         peer, caller, timeout = route.target
-        response: pb.SubmitBatchResponse = await self._forward(peer, "tasks", "SubmitBatch", batch, caller, timeout)
+        response: pb.SubmitBatchResponse = await self._forward(peer, "tasks", "SubmitBatch", batch, caller, timeout,
+                                                               callers_deadline=False)  # fmt: skip
         return response
 
     def _wait_timeout(self, requested: float | None) -> float:
@@ -329,7 +340,9 @@ class Router:
         timeout = self.limits.request_timeout_s
         if request.wait:
             timeout = self._wait_timeout(request.wait_timeout_s if request.HasField("wait_timeout_s") else None)
-        elif self._current_trace() is None:
+        else:
+            timeout = self._within_deadline(timeout)
+        if not request.wait and self._current_trace() is None:
             # Without a trace to continue, concurrent Submits to one shard may share a call.
             route = Route(peer.name, caller.authorization, (peer, caller, timeout))
             return await self._coalescer.submit(route, request)

@@ -343,7 +343,7 @@ class GrpcWebFront:
             timeout = _timeout(request.headers.get("grpc-timeout"))
             if method.streaming:
                 return await self._stream(request, method, principal, message, content_type, cors)
-            response, missing = await self.unary.run(principal, method.handler, message, timeout)
+            response, missing = await self.unary.run(principal, method.handler, message, deadline=timeout)
         except DecodeError:
             return _trailers_only(ApiError.invalid("the request message cannot be decoded"), content_type, cors)
         except Exception as exc:
@@ -383,7 +383,13 @@ class GrpcWebFront:
 
     async def _stream(self, request: web.BaseRequest, method: _Method, principal: Principal, message: Message,
                       content_type: str, cors: dict[str, str]) -> web.StreamResponse:  # fmt: skip
-        """A server stream (Watch): subscribe first, then frames as events come, trailers last."""
+        """A server stream (Watch): subscribe first, then frames as events come, trailers last. It
+        holds one of the caller's stream slots (``limits.max_streams_per_caller``) while open."""
+        with self.unary.streams.hold(principal, "Watch"):
+            return await self._serve_stream(request, method, principal, message, content_type, cors)
+
+    async def _serve_stream(self, request: web.BaseRequest, method: _Method, principal: Principal, message: Message,
+                            content_type: str, cors: dict[str, str]) -> web.StreamResponse:  # fmt: skip
         with collect_unavailable() as missing:
             events: AsyncIterator[Message] = await method.handler(principal, message)
         headers = {"Content-Type": content_type, **cors}
