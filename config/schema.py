@@ -417,6 +417,9 @@ class ShardSection:
     pools: tuple[str, ...]
     endpoint: str
     """``http(s)://host:port`` of the shard's gRPC listener (its leader, behind a Service)."""
+    replicas: tuple[str, ...] = ()
+    """``http(s)://host:port`` of each replica's own gRPC listener, for the console's overview
+    (optional; the leader asks each whether it leads or stands by)."""
 
 
 @dataclass(frozen=True, slots=True)

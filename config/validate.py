@@ -456,6 +456,9 @@ class _Checker:
                 endpoints.append((f"{base}.endpoint", shard.endpoint.rstrip("/").lower()))
             else:
                 self.add(f"{base}.endpoint", f"invalid endpoint {shard.endpoint!r}: {problem}")
+            for position, replica in enumerate(shard.replicas):
+                if (problem := check_endpoint(replica)) is not None:
+                    self.add(f"{base}.replicas[{position}]", f"invalid endpoint {replica!r}: {problem}")
             if not shard.pools:
                 self.add(f"{base}.pools", "a shard must serve at least one pool")
             for position, served in enumerate(shard.pools):

@@ -66,6 +66,8 @@ SHARD_BITS = 56
 """Task ids carry their shard's number above this bit."""
 PEER_READ_TIMEOUT_S = 5.0
 """Longest a fan-out read waits for one shard before naming it unavailable."""
+REPLICA_TIMEOUT_S = 2.0
+"""Longest the leader waits for one of its replicas to describe itself (then: unavailable)."""
 COALESCE_MAX_TASKS = 256
 """Most forwarded Submits sent together as one SubmitBatch (see ``coalesce``)."""
 COALESCE_CALLS_PER_LANE = 1
@@ -730,8 +732,42 @@ class Router:
 
     async def list_shards(self, caller: Caller, request: pb.Empty | None = None) -> cpb.ListShardsResponse:
         """Every shard's leader, as it describes itself (``cronoq.console.v1``)."""
-        return await self._merged_read(caller, "console", "ListShards", self.local.list_shards,
+        return await self._merged_read(caller, "console", "ListShards", self._local_shards,
                                        cpb.ListShardsResponse(), "shards")  # fmt: skip
+
+    async def _local_shards(self, caller: Caller, request: pb.Empty) -> cpb.ListShardsResponse:
+        """This shard as its leader describes itself, with each replica the configuration lists
+        (``[[shards]] replicas``) as it answers, asked with the caller's credentials."""
+        answer = await self.local.list_shards(caller, request)
+        local = self.config.local_shard()
+        if local is not None and local.replicas and answer.shards:
+            replicas = await asyncio.gather(*(self._describe_replica(caller, endpoint) for endpoint in local.replicas))
+            answer.shards[0].replicas.extend(replicas)
+        return answer
+
+    async def _describe_replica(self, caller: Caller, endpoint: str) -> cpb.ReplicaInfo:
+        unavailable = cpb.ReplicaInfo(endpoint=endpoint, state="unavailable")
+        if caller.certificate and not caller.authorization:
+            unavailable.error = "not asked: a client certificate cannot be passed on"
+            return unavailable
+        try:
+            channel = self.peers.replica_channel(endpoint)
+        except ValueError as refused:
+            unavailable.error = f"not asked: {refused}"
+            return unavailable
+        try:
+            info: cpb.ReplicaInfo = await cpbg.ConsoleStub(channel).DescribeReplica(  # type: ignore[no-untyped-call]
+                pb.Empty(), metadata=self._metadata(caller, None), timeout=REPLICA_TIMEOUT_S)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() is Status.UNAVAILABLE:
+                unavailable.error = "not reachable"
+            elif exc.code() is Status.DEADLINE_EXCEEDED:
+                unavailable.error = f"no answer within {REPLICA_TIMEOUT_S:g} s"
+            else:
+                unavailable.error = f"{exc.code().name.lower()}: {(exc.details() or '')[:200]}"
+            return unavailable
+        info.endpoint = endpoint
+        return info
 
     async def list_schedules(self, caller: Caller, request: pb.Empty | None = None) -> cpb.ListSchedulesResponse:
         """Every shard's schedules with their paused state and next runs (``cronoq.console.v1``)."""
