@@ -115,7 +115,7 @@ def shards_json(m: cpb.ListShardsResponse) -> dict[str, Any]:
                 {"endpoint": r.endpoint, "state": r.state, "host": r.host, "pid": r.pid, "version": r.version,
                  "error": r.error}
                 for r in shard.replicas
-            ],  # fmt: skip
+            ],
         }
         for shard in m.shards
     ]
