@@ -29,7 +29,11 @@ HTTP listener's own code (``http_listen``): at most ``limits.max_connections`` o
 gRPC-Web together; more are reset as they arrive), ``header_timeout_s`` to say which protocol a
 connection speaks, finish a TLS handshake and deliver each request head, ``max_header_bytes`` and
 ``max_headers`` for a head, ``idle_timeout_s`` between requests, ``write_stall_timeout_s`` for an
-answer (a Watch) the client does not read. Native gRPC connections are then grpcio's to bound.
+answer (a Watch) the client does not read. Native gRPC connections are then grpcio's to bound,
+except for what grpcio does not count: stream resets, pings and SETTINGS of a plain-TCP client are
+counted here from frame headers as the bytes pass, and past ``limits.max_stream_resets_per_s``
+the client gets GOAWAY(ENHANCE_YOUR_CALM) between two of grpcio's frames and is disconnected
+(grpcio itself has no rate for them; over TLS the bytes cannot be read here).
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ from cronoq.router import UNAVAILABLE_SHARDS_KEY, Router, collect_unavailable
 from .api import Api
 from .auth import Authenticator, Principal
 from .errors import ApiError, Code, from_exception
+from .http2 import ControlBudget, ControlFrames
 from .http_listen import Connection, ConnectionBounds, Listener, request_finished, request_started
 from .unary import UnaryRunner
 
@@ -319,7 +324,12 @@ class GrpcWebFront:
             client_writer.close()
             return
         try:
-            await asyncio.gather(_copy(client_reader, grpc_writer), _copy(grpc_reader, client_writer))
+            if self._tls is None:  # frames readable: resets, pings and SETTINGS counted on the way
+                guard = _ControlGuard(self.bounds.http2.max_resets_per_s)
+                await asyncio.gather(guard.copy_in(client_reader, grpc_writer),
+                                     guard.copy_out(grpc_reader, client_writer))  # fmt: skip
+            else:
+                await asyncio.gather(_copy(client_reader, grpc_writer), _copy(grpc_reader, client_writer))
         finally:
             for writer in (client_writer, grpc_writer):
                 writer.close()
@@ -459,6 +469,55 @@ class _WebListener(Listener):
 class _Refused(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport.close()
+
+
+_GOAWAY_CALM = struct.pack("!IBBIII", 8, 0x7, 0, 0, 2**31 - 1, 0xB)[1:]
+"""GOAWAY(ENHANCE_YOUR_CALM), every stream possibly processed (so nothing is retried elsewhere)."""
+
+
+class _ControlGuard:
+    """Both directions of one native gRPC connection through the front, with the client's
+    resets, pings and SETTINGS held to a rate (``http2.ControlBudget``). Past it the client's
+    bytes stop, grpcio's connection is closed, and once grpcio's last whole frame is out the
+    client gets GOAWAY(ENHANCE_YOUR_CALM)."""
+
+    def __init__(self, rate: int) -> None:
+        self._budget = ControlBudget(rate)
+        self.calmed = False
+
+    async def copy_in(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        frames = ControlFrames()
+        try:
+            while data := await reader.read(_COPY_CHUNK):
+                found = frames.count(data)
+                if found and not self._budget.spend(found):
+                    self.calmed = True
+                    log.debug("grpc: a client sent resets, pings or SETTINGS too fast; GOAWAY and closing")
+                    writer.close()  # grpcio lets go of the connection and cancels its calls
+                    return
+                writer.write(data)
+                await writer.drain()
+            if writer.can_write_eof():
+                writer.write_eof()
+        except (ConnectionError, OSError):
+            writer.close()
+
+    async def copy_out(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        frames = ControlFrames(preface=False)  # only to know where grpcio's frames end
+        try:
+            while data := await reader.read(_COPY_CHUNK):
+                frames.count(data)
+                writer.write(data)
+                await writer.drain()
+            if self.calmed and frames.between_frames:
+                writer.write(_GOAWAY_CALM)
+                await writer.drain()
+            if self.calmed:
+                writer.close()
+            elif writer.can_write_eof():
+                writer.write_eof()
+        except (ConnectionError, OSError):
+            writer.close()
 
 
 def _reset(sock: socket.socket) -> None:

@@ -7,7 +7,9 @@ attacked over raw sockets.
 - an idle keep-alive connection is closed after ``idle_timeout_s``;
 - a head past ``max_header_bytes`` is refused 431;
 - connections past ``max_connections`` (native gRPC and gRPC-Web together) are closed as they
-  arrive, and native gRPC is served again once one goes.
+  arrive, and native gRPC is served again once one goes;
+- a native gRPC client resetting streams in a tight loop gets GOAWAY(ENHANCE_YOUR_CALM) past
+  ``max_stream_resets_per_s`` (which grpcio alone never sends), while normal calls are served.
 
 No assertion is about speed: each outcome gets a generous ``PATIENCE_S`` to happen.
 """
@@ -21,9 +23,12 @@ from pathlib import Path
 import grpc
 import pytest
 
-from tests.server.hostile_clients import closed_within, connect, slowloris
+from cronoq.proto import cronoq_pb2 as pb
+from cronoq.proto import cronoq_pb2_grpc as pbg
+from tests.server.harness import METRICS_TOKEN
+from tests.server.hostile_clients import ENHANCE_YOUR_CALM, closed_within, connect, slowloris
 from tests.server.http_support import HttpServerProcess, process_config
-from tests.server.test_hostile_listeners import _refused_or_open, read_answer
+from tests.server.test_hostile_listeners import _refused_or_open, during, flood, read_answer
 
 PATIENCE_S = 30.0
 """How long an outcome may take before the test calls the server broken (never a pass criterion)."""
@@ -31,8 +36,8 @@ PATIENCE_S = 30.0
 ORIGIN = "https://console.example"
 WEB = f'\n[server.grpc_web]\nallowed_origins = ["{ORIGIN}"]\n'
 
-BOUNDED = process_config("header_timeout_s = 1\nidle_timeout_s = 2\nmax_header_bytes = 4096\nmax_headers = 20",
-                         extra=WEB)  # fmt: skip
+BOUNDED = process_config("header_timeout_s = 1\nidle_timeout_s = 2\nmax_header_bytes = 4096\nmax_headers = 20\n"
+                         "max_stream_resets_per_s = 50", extra=WEB)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +80,24 @@ def test_a_request_head_past_max_header_bytes_is_refused_431(server: HttpServerP
         sock.sendall(web_post(lines))
         answer = read_answer(sock)
     assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
+
+
+def test_rapid_reset_of_native_grpc_gets_goaway_while_normal_calls_are_served(server: HttpServerProcess) -> None:
+    with grpc.insecure_channel(server.address) as channel:
+        admin = pbg.AdminStub(channel)
+        metadata = (("authorization", f"Bearer {METRICS_TOKEN}"),)
+
+        def snapshot() -> grpc.StatusCode:
+            try:
+                admin.Snapshot(pb.Empty(), metadata=metadata, timeout=PATIENCE_S)
+            except grpc.RpcError as error:
+                return error.code()  # type: ignore[no-any-return]
+            return grpc.StatusCode.OK
+
+        attack = flood(server.port, 4.0, grpc_port=True)
+        outcomes, summary = during(attack, snapshot)
+    assert outcomes and set(outcomes) == {grpc.StatusCode.OK}, outcomes
+    assert summary["goaways"].get(str(ENHANCE_YOUR_CALM), 0) >= 1, summary  # type: ignore[attr-defined]
 
 
 CAPPED = process_config("max_connections = 6\nheader_timeout_s = 60", extra=WEB)
