@@ -247,8 +247,9 @@ class LimitsConfig:
     max_headers: int = 100
     """Most header fields in one HTTP request."""
     max_stream_resets_per_s: int = 100
-    """Stream resets, pings and SETTINGS frames one HTTP/2 connection of the gateway may send per
-    second (with a burst of as many); past it the connection gets GOAWAY and is closed."""
+    """Stream resets, pings and SETTINGS frames one HTTP/2 connection of the gateway (or a native
+    gRPC one through the gRPC-Web front) may send per second (with a burst of as many); past it
+    the connection gets GOAWAY and is closed. grpcio alone has no such rate."""
     write_stall_timeout_s: float = 30.0
     """An HTTP answer that cannot be written for this long, because the client does not read
     (a full socket buffer or an HTTP/2 window at zero), is abandoned and its stream or
