@@ -169,9 +169,11 @@ def _toml_value(value: int | float) -> str:
     return repr(value)
 
 
-def render_config(options: ClusterOptions, shards: Sequence[ShardPlan], *, state_dir: Path, comment: str) -> str:
+def render_config(options: ClusterOptions, shards: Sequence[ShardPlan], *, state_dir: Path, comment: str,
+                  replicas: Mapping[str, Sequence[str]] | None = None) -> str:  # fmt: skip
     """The one TOML file every server of the cluster reads. It names no listener addresses: each
-    replica gets its own with ``--grpc-addr`` / ``--http-addr`` (and its shard with ``--shard``)."""
+    replica gets its own with ``--grpc-addr`` / ``--http-addr`` (and its shard with ``--shard``).
+    ``replicas``: each shard's replica endpoints, listed so the console shows them."""
     lines = [f"# {line}" if line else "#" for line in comment.splitlines()]
     lines += [
         "",
@@ -211,6 +213,11 @@ def render_config(options: ClusterOptions, shards: Sequence[ShardPlan], *, state
             f"number = {shard.number}",
             f"pools = [{pools}]",
             f'endpoint = "{shard.endpoint}"',
+        ]
+        listed = (replicas or {}).get(shard.name)
+        if listed:
+            lines.append(f"replicas = [{', '.join(_toml_str(endpoint) for endpoint in listed)}]")
+        lines += [
             "",
         ]
     return "\n".join(lines)
