@@ -11,7 +11,7 @@ import datetime as _dt
 import math
 import operator
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from cronoq.engine import admission
 from cronoq.engine import config as ec
@@ -19,8 +19,12 @@ from cronoq.engine import limits as el
 from cronoq.engine import types as et
 from cronoq.engine.types import NS_PER_S, Priority
 
+from ._keywords import keyword_signature, option_names, refuse_unknown
 from ._otel import TRACEPARENT, current_traceparent
 from .errors import InvalidTaskOption
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = [
     "AutoscaleConfig",
@@ -37,6 +41,34 @@ TaskRefLike = str | int
 TimeLike = _dt.datetime | float | int
 MissPolicyName = Literal["run_late", "skip", "fail"]
 DepCondition = Literal["success", "failure", "complete", "on_success", "on_failure", "on_complete"]
+
+
+class TaskOptions(TypedDict, total=False):
+    """The options of one task, taken as keywords by ``Scheduler.submit``, ``Scheduler.enqueue``
+    and ``Task`` (each defaults to ``None``: not set)."""
+
+    priority: PriorityLike | None
+    pool: str | None
+    kind: str | None
+    key: str | None
+    deadline_in: float | None
+    deadline_at: TimeLike | None
+    start_in: float | None
+    start_at: TimeLike | None
+    tolerance: float | None
+    on_miss: MissPolicyName | None
+    duration_hint: float | None
+    timeout: float | None
+    retry: RetryPolicy | None
+    after: TaskRefLike | Sequence[TaskRefLike] | None
+    deps: Sequence[Dep] | None
+    resources: Mapping[str, int] | None
+    tags: Mapping[str, Any] | None
+    labels: Mapping[str, str] | None
+    tenant: str | None
+
+
+TASK_OPTIONS = frozenset(option_names(TaskOptions))
 
 MAX_SECONDS = 100 * 365 * 86400.0  # client-supplied durations beyond a century are refused
 
@@ -461,46 +493,16 @@ class Task:
 
     _options: Mapping[str, Any]
 
-    def __init__(
-        self,
-        payload: Any,
-        *,
-        priority: PriorityLike | None = None,
-        pool: str | None = None,
-        kind: str | None = None,
-        key: str | None = None,
-        deadline_in: float | None = None,
-        deadline_at: TimeLike | None = None,
-        start_in: float | None = None,
-        start_at: TimeLike | None = None,
-        tolerance: float | None = None,
-        on_miss: MissPolicyName | None = None,
-        duration_hint: float | None = None,
-        timeout: float | None = None,
-        retry: RetryPolicy | None = None,
-        after: TaskRefLike | Sequence[TaskRefLike] | None = None,
-        deps: Sequence[Dep] | None = None,
-        resources: Mapping[str, int] | None = None,
-        tags: Mapping[str, Any] | None = None,
-        labels: Mapping[str, str] | None = None,
-        tenant: str | None = None,
-    ) -> None:
+    @keyword_signature(TaskOptions)
+    def __init__(self, payload: Any, **options: Unpack[TaskOptions]) -> None:
+        if options:
+            refuse_unknown(options, TASK_OPTIONS, "Task.__init__")
         self.payload = payload
-        self.key = key
-        if _all_absent(
-            priority, pool, kind, key, deadline_in, deadline_at, start_in, start_at, tolerance, on_miss,
-            duration_hint, timeout, retry, after, deps, resources, tags, labels, tenant,
-        ):  # fmt: skip
+        self.key = options.get("key")
+        if _all_absent(options):
             # The common case (a bare payload): skip building and filtering the options dict.
             self._options = _NO_OPTIONS
             return
-        options: dict[str, Any] = {
-            "priority": priority, "pool": pool, "kind": kind, "key": key, "deadline_in": deadline_in,
-            "deadline_at": deadline_at, "start_in": start_in, "start_at": start_at, "tolerance": tolerance,
-            "on_miss": on_miss, "duration_hint": duration_hint, "timeout": timeout, "retry": retry,
-            "after": after, "deps": deps, "resources": resources, "tags": tags, "labels": labels,
-            "tenant": tenant,
-        }  # fmt: skip
         self._options = {name: value for name, value in options.items() if value is not None}
         # Built once (relative times from 0) to refuse bad options now; ``to_spec`` shifts a copy.
         spec = build_spec(payload, 0, trace=False, **self._options)
@@ -509,6 +511,11 @@ class Task:
         except et.AdmissionError as err:
             raise InvalidTaskOption(err.message) from None
         self._spec = spec
+
+    @property
+    def bare(self) -> bool:
+        """Whether the task is a bare payload (no option was given)."""
+        return not self._options
 
     def to_spec(self, now: int, *, trace: bool = True) -> et.TaskSpec:
         """The engine spec of this task, with relative times counted from ``now`` (ns)."""
@@ -536,31 +543,6 @@ _NO_OPTIONS: Mapping[str, Any] = {}
 """The options of a task submitted with none set (shared, never mutated)."""
 
 
-TASK_OPTIONS = frozenset(
-    {
-        "priority",
-        "pool",
-        "kind",
-        "key",
-        "deadline_in",
-        "deadline_at",
-        "start_in",
-        "start_at",
-        "tolerance",
-        "on_miss",
-        "duration_hint",
-        "timeout",
-        "retry",
-        "after",
-        "deps",
-        "resources",
-        "tags",
-        "labels",
-        "tenant",
-    }
-)
-
-
 def _refs(after: TaskRefLike | Sequence[TaskRefLike] | None) -> list[TaskRefLike]:
     if after is None:
         return []
@@ -586,36 +568,15 @@ def _str_map(values: Mapping[str, Any] | None, what: str) -> Mapping[str, str]:
     return out
 
 
-def _all_absent(*options: object) -> bool:
-    """Whether no task option was given (the common case: a bare payload)."""
-    return options.count(None) == len(options)
+def _all_absent(options: TaskOptions) -> bool:
+    """Whether no task option was given (the common case: a bare payload); ``None`` is absent."""
+    for value in options.values():  # noqa: SIM110  # a loop, not all(): it runs on every submission
+        if value is not None:
+            return False
+    return True
 
 
-def build_spec(
-    payload: Any,
-    now: int,
-    *,
-    priority: PriorityLike | None = None,
-    pool: str | None = None,
-    kind: str | None = None,
-    key: str | None = None,
-    deadline_in: float | None = None,
-    deadline_at: TimeLike | None = None,
-    start_in: float | None = None,
-    start_at: TimeLike | None = None,
-    tolerance: float | None = None,
-    on_miss: MissPolicyName | None = None,
-    duration_hint: float | None = None,
-    timeout: float | None = None,
-    retry: RetryPolicy | None = None,
-    after: TaskRefLike | Sequence[TaskRefLike] | None = None,
-    deps: Sequence[Dep] | None = None,
-    resources: Mapping[str, int] | None = None,
-    tags: Mapping[str, Any] | None = None,
-    labels: Mapping[str, str] | None = None,
-    tenant: str | None = None,
-    trace: bool = True,
-) -> et.TaskSpec:
+def build_spec(payload: Any, now: int, *, trace: bool = True, **options: Unpack[TaskOptions]) -> et.TaskSpec:
     """Turn the keyword options of submit/enqueue/Task into an engine TaskSpec.
 
     Bad values raise ``InvalidTaskOption`` (a ``ValueError`` and a ``SubmitError`` with code
@@ -623,16 +584,10 @@ def build_spec(
     W3C ``traceparent`` of the caller's active OpenTelemetry span becomes a tag, unless the
     caller set that tag.
     """
-    if _all_absent(
-        priority, pool, kind, key, deadline_in, deadline_at, start_in, start_at, tolerance, on_miss,
-        duration_hint, timeout, retry, after, deps, resources, tags, labels, tenant,
-    ):  # fmt: skip
+    if _all_absent(options):
         return plain_spec(payload, trace)
     try:
-        spec = _build_spec(
-            payload, now, priority, pool, kind, key, deadline_in, deadline_at, start_in, start_at, tolerance,
-            on_miss, duration_hint, timeout, retry, after, deps, resources, tags, labels, tenant,
-        )  # fmt: skip
+        spec = _build_spec(payload, now, options)
     except InvalidTaskOption:
         raise
     except ValueError as err:
@@ -661,29 +616,17 @@ def plain_spec(payload: Any, trace: bool = True) -> et.TaskSpec:
     return spec
 
 
-def _build_spec(
-    payload: Any,
-    now: int,
-    priority: PriorityLike | None,
-    pool: str | None,
-    kind: str | None,
-    key: str | None,
-    deadline_in: float | None,
-    deadline_at: TimeLike | None,
-    start_in: float | None,
-    start_at: TimeLike | None,
-    tolerance: float | None,
-    on_miss: MissPolicyName | None,
-    duration_hint: float | None,
-    timeout: float | None,
-    retry: RetryPolicy | None,
-    after: TaskRefLike | Sequence[TaskRefLike] | None,
-    deps: Sequence[Dep] | None,
-    resources: Mapping[str, int] | None,
-    tags: Mapping[str, Any] | None,
-    labels: Mapping[str, str] | None,
-    tenant: str | None,
-) -> et.TaskSpec:
+def _build_spec(payload: Any, now: int, options: TaskOptions) -> et.TaskSpec:
+    deadline_in, deadline_at = options.get("deadline_in"), options.get("deadline_at")
+    start_in, start_at = options.get("start_in"), options.get("start_at")
+    tolerance, on_miss = options.get("tolerance"), options.get("on_miss")
+    pool, kind, key, tenant = options.get("pool"), options.get("kind"), options.get("key"), options.get("tenant")
+    retry, resources, duration_hint, timeout = (
+        options.get("retry"),
+        options.get("resources"),
+        options.get("duration_hint"),
+        options.get("timeout"),
+    )
     if deadline_in is not None and deadline_at is not None:
         raise ValueError("set deadline_in or deadline_at, not both")
     if start_in is not None and start_at is not None:
@@ -711,8 +654,8 @@ def _build_spec(
         )
     elif tolerance is not None or on_miss is not None:
         raise ValueError("tolerance and on_miss apply only to tasks with start_in or start_at")
-    edges: list[et.Dep] = [et.Dep(ref, et.EdgeCond.ON_SUCCESS) for ref in _refs(after)]
-    for dep in deps or ():
+    edges: list[et.Dep] = [et.Dep(ref, et.EdgeCond.ON_SUCCESS) for ref in _refs(options.get("after"))]
+    for dep in options.get("deps") or ():
         if not isinstance(dep, Dep):
             raise TypeError("deps= takes cronoq.Dep objects")
         edges.append(dep.to_engine())
@@ -735,7 +678,7 @@ def _build_spec(
         payload=payload,
         pool=pool,
         kind=kind if kind is not None else "default",
-        priority=parse_priority(priority),
+        priority=parse_priority(options.get("priority")),
         key=key,
         deadline=deadline,
         fixed_start=fixed,
@@ -744,7 +687,7 @@ def _build_spec(
         retry=retry.to_engine() if retry is not None else None,
         deps=tuple(edges),
         resources=amounts,
-        tags=_str_map(tags, "tags"),
-        labels=_str_map(labels, "labels"),
+        tags=_str_map(options.get("tags"), "tags"),
+        labels=_str_map(options.get("labels"), "labels"),
         tenant=tenant,
     )

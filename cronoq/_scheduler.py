@@ -18,7 +18,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from cronoq.engine import (
     Abort,
@@ -49,16 +49,16 @@ from cronoq.shard.driver import Driver, NotLeader, ShuttingDown, StoreUnavailabl
 from cronoq.stores.base import Codec, JsonCodec, Store, Unstorable, json_bytes
 
 from . import _otel
+from ._keywords import keyword_signature, refuse_unknown
 from ._options import (
-    Dep,
-    MissPolicyName,
+    TASK_OPTIONS,
     Pool,
     PriorityLike,
     Resource,
     RetryPolicy,
     Task,
+    TaskOptions,
     TaskRefLike,
-    TimeLike,
     build_spec,
     plain_spec,
     seconds_to_ns,
@@ -73,6 +73,9 @@ from .errors import (
     SubmitError,
     TaskFailed,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 log = logging.getLogger("cronoq")
 
@@ -642,30 +645,8 @@ class Scheduler:
             return payload
         return _Encoded(payload, self._encode(payload))
 
-    async def submit(
-        self,
-        payload: Any,
-        *,
-        priority: PriorityLike | None = None,
-        pool: str | None = None,
-        kind: str | None = None,
-        key: str | None = None,
-        deadline_in: float | None = None,
-        deadline_at: TimeLike | None = None,
-        start_in: float | None = None,
-        start_at: TimeLike | None = None,
-        tolerance: float | None = None,
-        on_miss: MissPolicyName | None = None,
-        duration_hint: float | None = None,
-        timeout: float | None = None,
-        retry: RetryPolicy | None = None,
-        after: TaskRefLike | Sequence[TaskRefLike] | None = None,
-        deps: Sequence[Dep] | None = None,
-        resources: Mapping[str, int] | None = None,
-        tags: Mapping[str, Any] | None = None,
-        labels: Mapping[str, str] | None = None,
-        tenant: str | None = None,
-    ) -> TaskHandle:
+    @keyword_signature(TaskOptions)
+    async def submit(self, payload: Any, **options: Unpack[TaskOptions]) -> TaskHandle:
         """Submit a task; returns a handle to await its result once the task is admitted.
 
         Options: ``priority`` ("critical", "high", "normal" (default), "low", an index or
@@ -679,15 +660,12 @@ class Scheduler:
         Unix seconds. Bad values raise ``ValueError``; rejections raise ``SubmitError``; with a
         pool's ``overflow="wait"`` a full pool makes this wait for room instead.
         """
+        if options:
+            refuse_unknown(options, TASK_OPTIONS, "Scheduler.submit")
         self._driver_or_raise()
         loop = self._loop
         stored = self._check_payload(payload)
-        spec = build_spec(
-            payload, time.time_ns(), priority=priority, pool=pool, kind=kind, key=key, deadline_in=deadline_in,
-            deadline_at=deadline_at, start_in=start_in, start_at=start_at, tolerance=tolerance, on_miss=on_miss,
-            duration_hint=duration_hint, timeout=timeout, retry=retry, after=after, deps=deps, resources=resources,
-            tags=tags, labels=labels, tenant=tenant, trace=self._tracing,
-        )  # fmt: skip
+        spec = build_spec(payload, time.time_ns(), trace=self._tracing, **options)
         spec.payload = stored
         assert loop is not None
         future: asyncio.Future[Any] = loop.create_future()
@@ -699,39 +677,14 @@ class Scheduler:
         attached: _Attached = await self._admit(command)
         return await self._handle_for(attached, future)
 
-    async def enqueue(
-        self,
-        payload: Any,
-        *,
-        priority: PriorityLike | None = None,
-        pool: str | None = None,
-        kind: str | None = None,
-        key: str | None = None,
-        deadline_in: float | None = None,
-        deadline_at: TimeLike | None = None,
-        start_in: float | None = None,
-        start_at: TimeLike | None = None,
-        tolerance: float | None = None,
-        on_miss: MissPolicyName | None = None,
-        duration_hint: float | None = None,
-        timeout: float | None = None,
-        retry: RetryPolicy | None = None,
-        after: TaskRefLike | Sequence[TaskRefLike] | None = None,
-        deps: Sequence[Dep] | None = None,
-        resources: Mapping[str, int] | None = None,
-        tags: Mapping[str, Any] | None = None,
-        labels: Mapping[str, str] | None = None,
-        tenant: str | None = None,
-    ) -> int:
+    @keyword_signature(TaskOptions)
+    async def enqueue(self, payload: Any, **options: Unpack[TaskOptions]) -> int:
         """Submit a task without a handle (cheaper than ``submit``); returns its id."""
+        if options:
+            refuse_unknown(options, TASK_OPTIONS, "Scheduler.enqueue")
         self._driver_or_raise()
         stored = self._check_payload(payload)
-        spec = build_spec(
-            payload, time.time_ns(), priority=priority, pool=pool, kind=kind, key=key, deadline_in=deadline_in,
-            deadline_at=deadline_at, start_in=start_in, start_at=start_at, tolerance=tolerance, on_miss=on_miss,
-            duration_hint=duration_hint, timeout=timeout, retry=retry, after=after, deps=deps, resources=resources,
-            tags=tags, labels=labels, tenant=tenant, trace=self._tracing,
-        )  # fmt: skip
+        spec = build_spec(payload, time.time_ns(), trace=self._tracing, **options)
         spec.payload = stored
         result: int = await self._admit(lambda core, now: core.submit(now, spec).id)
         return result
@@ -751,7 +704,7 @@ class Scheduler:
                 raise TypeError(f"task {index}: submit_batch takes cronoq.Task objects")
             try:
                 stored = check_payload(task.payload)
-                if not task._options:  # a bare payload: nothing to validate or convert
+                if task.bare:  # a bare payload: nothing to validate or convert
                     spec = plain_spec(stored, tracing)
                 else:
                     spec = task.to_spec(now, trace=tracing)

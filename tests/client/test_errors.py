@@ -10,7 +10,8 @@ import grpc
 import pytest
 
 import cronoq
-from cronoq.client import CancelTask, ClientError, Reject, _rpc_error
+from cronoq._client.errors import rpc_error
+from cronoq.client import CancelTask, ClientError, Reject
 from cronoq.errors import CronoqError
 
 
@@ -91,7 +92,7 @@ def test_reject_defaults() -> None:
     ],
 )
 def test_status_mapping(code: grpc.StatusCode, details: str, expected: type) -> None:
-    mapped = _rpc_error(aio_error(code, details))
+    mapped = rpc_error(aio_error(code, details))
     assert type(mapped) is expected
     if isinstance(mapped, ClientError):
         assert mapped.code == code.name.lower()

@@ -9,7 +9,10 @@ import grpc
 import pytest
 
 from cronoq import client as c
-from cronoq.client import MAX_REDIRECTS, Client, ClientError, Worker, _check_redirect, _heartbeat_interval
+from cronoq._client import channel, encoding
+from cronoq._client.channel import check_redirect
+from cronoq._client.worker import heartbeat_interval
+from cronoq.client import MAX_REDIRECTS, Client, ClientError, Worker
 from cronoq.proto import cronoq_pb2 as pb
 
 
@@ -26,7 +29,7 @@ from cronoq.proto import cronoq_pb2 as pb
     ],
 )
 def test_strip_target(target: str, address: str) -> None:
-    assert c._strip_target(target) == address
+    assert channel.strip_target(target) == address
 
 
 @pytest.mark.parametrize(
@@ -41,14 +44,14 @@ def test_strip_target(target: str, address: str) -> None:
     ],
 )
 def test_secure_channel_rule(target: str, tls: bool, credentials: Any, secure: bool) -> None:
-    assert c._wants_tls(target, tls, credentials) is secure
+    assert channel.wants_tls(target, tls, credentials) is secure
     assert Client(target, tls=tls, credentials=credentials)._secure is secure
 
 
 def test_auth_metadata() -> None:
-    assert c._auth_metadata(None) is None
-    assert c._auth_metadata("") is None
-    assert c._auth_metadata("s3cr3t-token-123456") == (("authorization", "Bearer s3cr3t-token-123456"),)
+    assert channel.auth_metadata(None) is None
+    assert channel.auth_metadata("") is None
+    assert channel.auth_metadata("s3cr3t-token-123456") == (("authorization", "Bearer s3cr3t-token-123456"),)
     assert Client("x:1", token="")._metadata is None
 
 
@@ -62,7 +65,7 @@ def _redirect(endpoint: str, **kw: Any) -> bool:
         "followed": 0,
     }
     args.update(kw)
-    return _check_redirect(endpoint, **args)
+    return check_redirect(endpoint, **args)
 
 
 @pytest.mark.parametrize(
@@ -130,15 +133,15 @@ def test_redirect_endpoint_from_metadata() -> None:
         return grpc.aio.AioRpcError(code, grpc.aio.Metadata(*initial), grpc.aio.Metadata(*trailing), details="x")
 
     key = "cronoq-shard-endpoint"
-    assert c._redirect_endpoint(err(grpc.StatusCode.FAILED_PRECONDITION, trailing=[(key, "http://a:1")])) == (
+    assert channel.redirect_endpoint(err(grpc.StatusCode.FAILED_PRECONDITION, trailing=[(key, "http://a:1")])) == (
         "http://a:1"
     )
-    assert c._redirect_endpoint(err(grpc.StatusCode.FAILED_PRECONDITION, initial=[(key, "http://b:1")])) == (
+    assert channel.redirect_endpoint(err(grpc.StatusCode.FAILED_PRECONDITION, initial=[(key, "http://b:1")])) == (
         "http://b:1"
     )
-    assert c._redirect_endpoint(err(grpc.StatusCode.FAILED_PRECONDITION)) is None
-    assert c._redirect_endpoint(err(grpc.StatusCode.UNAVAILABLE, trailing=[(key, "http://a:1")])) is None
-    assert c._redirect_endpoint(err(grpc.StatusCode.FAILED_PRECONDITION, trailing=[(key + "-bin", b"x")])) is None
+    assert channel.redirect_endpoint(err(grpc.StatusCode.FAILED_PRECONDITION)) is None
+    assert channel.redirect_endpoint(err(grpc.StatusCode.UNAVAILABLE, trailing=[(key, "http://a:1")])) is None
+    assert channel.redirect_endpoint(err(grpc.StatusCode.FAILED_PRECONDITION, trailing=[(key + "-bin", b"x")])) is None
 
 
 @pytest.mark.parametrize(
@@ -155,7 +158,7 @@ def test_redirect_endpoint_from_metadata() -> None:
     ],
 )
 def test_heartbeat_interval(lease_ttl: float | None, registered_ttl: float | None, period: float | None) -> None:
-    got = _heartbeat_interval(lease_ttl, registered_ttl)
+    got = heartbeat_interval(lease_ttl, registered_ttl)
     assert got == pytest.approx(period) if period is not None else got is None
 
 
@@ -208,8 +211,8 @@ async def test_argument_errors_raise_before_any_rpc() -> None:
 
 
 def test_status_filter_names() -> None:
-    assert c._status_to_wire("running") == pb.TASK_STATUS_RUNNING
-    assert c._status_to_wire("DEAD_LETTERED") == pb.TASK_STATUS_DEAD_LETTERED
+    assert encoding.status_to_wire("running") == pb.TASK_STATUS_RUNNING
+    assert encoding.status_to_wire("DEAD_LETTERED") == pb.TASK_STATUS_DEAD_LETTERED
 
 
 def test_client_channel_is_per_event_loop() -> None:

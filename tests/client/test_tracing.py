@@ -171,7 +171,8 @@ async def test_worker_attempts_continue_the_submitters_trace(tmp_path: Path,
 _QUIET_SCRIPT = """
 import asyncio, json, sys
 {block}
-from cronoq.client import Client, Worker, _attempt_tracer
+from cronoq._client.tracing import attempt_tracer
+from cronoq.client import Client, Worker
 from tests.client.fake_server import FakeCronoq, start_server
 
 async def main():
@@ -192,7 +193,7 @@ async def main():
     await run
     await server.stop(0)
     print(json.dumps({{
-        "tracer": _attempt_tracer() is not None,
+        "tracer": attempt_tracer() is not None,
         "metadata": sorted(fake.calls[-1][1]),
         "tags": seen,
         "sdk_imported": any(name.startswith("opentelemetry.sdk") for name in sys.modules),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from cronoq.client import _Heartbeats
+from cronoq._client.session import Heartbeats
 from cronoq.proto import cronoq_pb2 as pb
 from tests.client.fake_server import eventually
 
@@ -29,7 +29,7 @@ class Leases:
 
 async def test_each_lease_beats_at_its_own_period_until_it_ends() -> None:
     leases = Leases()
-    beats = _Heartbeats(asyncio.get_running_loop(), leases.send, leases.still_running)
+    beats = Heartbeats(asyncio.get_running_loop(), leases.send, leases.still_running)
     leases.running = {1: 10, 2: 11}
     beats.add(1, 10, 0.3, running=2)
     beats.add(2, 11, 0.01, running=2)
@@ -46,7 +46,7 @@ async def test_each_lease_beats_at_its_own_period_until_it_ends() -> None:
 
 async def test_a_new_record_for_the_same_lease_id_does_not_inherit_beats() -> None:
     leases = Leases()
-    beats = _Heartbeats(asyncio.get_running_loop(), leases.send, leases.still_running)
+    beats = Heartbeats(asyncio.get_running_loop(), leases.send, leases.still_running)
     leases.running = {7: 1, 8: 3}
     beats.add(7, 1, 0.01, running=2)
     beats.add(8, 3, 0.02, running=2)
@@ -60,7 +60,7 @@ async def test_a_new_record_for_the_same_lease_id_does_not_inherit_beats() -> No
 
 async def test_entries_of_ended_leases_are_compacted() -> None:
     leases = Leases()
-    beats = _Heartbeats(asyncio.get_running_loop(), leases.send, leases.still_running)
+    beats = Heartbeats(asyncio.get_running_loop(), leases.send, leases.still_running)
     try:
         for serial in range(5000):  # each lease ends before its first beat is due
             beats.add(serial, serial, 60.0, running=1)
@@ -74,11 +74,18 @@ async def test_entries_of_ended_leases_are_compacted() -> None:
 
 async def test_close_stops_all_beats() -> None:
     leases = Leases()
-    beats = _Heartbeats(asyncio.get_running_loop(), leases.send, leases.still_running)
+    beats = Heartbeats(asyncio.get_running_loop(), leases.send, leases.still_running)
     leases.running = {1: 1}
     beats.add(1, 1, 0.01, running=1)
     await eventually(lambda: leases.count(1) >= 1, what="a first beat")
     beats.close()
     after_close = leases.count(1)
-    await asyncio.sleep(0.05)
+    # Another stream's scheduler beating at the same period witnesses that several periods passed.
+    witness = Heartbeats(asyncio.get_running_loop(), leases.send, leases.still_running)
+    leases.running[2] = 1
+    witness.add(2, 1, 0.01, running=1)
+    try:
+        await eventually(lambda: leases.count(2) >= 3, what="the witness's beats")
+    finally:
+        witness.close()
     assert leases.count(1) == after_close

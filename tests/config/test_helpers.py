@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -56,13 +58,47 @@ def test_file_errors_name_unreadable_tls_files(tmp_path: Path) -> None:
     assert Config.default().file_errors() == []
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root can read every file")
-def test_file_errors_report_unreadable_files(tmp_path: Path) -> None:
-    key = tmp_path / "server.key"
-    key.write_text("secret", encoding="utf-8")
-    key.chmod(0)
-    config = Config(server=ServerConfig(tls=TlsConfig(cert=str(key), key=str(key))))
-    assert config.file_errors()[0].endswith("is not readable")
+NOBODY = 65534
+
+
+def _file_errors_as_unprivileged(config: Config) -> list[str]:
+    """``config.file_errors()`` computed in a forked child that, when run as root, first drops to
+    the ``nobody`` user (root reads every file whatever its mode)."""
+    reader, writer = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports through the pipe and exits
+        status = 0
+        try:
+            os.close(reader)
+            if os.geteuid() == 0:
+                os.setgroups([])
+                os.setgid(NOBODY)
+                os.setuid(NOBODY)
+            os.write(writer, json.dumps(config.file_errors()).encode())
+        except BaseException:
+            status = 1
+        finally:
+            os._exit(status)
+    os.close(writer)
+    with os.fdopen(reader, "rb") as pipe:
+        answer = pipe.read()
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, answer
+    errors: list[str] = json.loads(answer)
+    return errors
+
+
+def test_file_errors_report_unreadable_files() -> None:
+    # Not under pytest's tmp_path: its folders are private to the test's user, and the child must
+    # see the file exists before finding it unreadable.
+    with tempfile.TemporaryDirectory() as folder:
+        os.chmod(folder, 0o755)
+        key = Path(folder) / "server.key"
+        key.write_text("secret", encoding="utf-8")
+        key.chmod(0)
+        config = Config(server=ServerConfig(tls=TlsConfig(cert=str(key), key=str(key))))
+        errors = _file_errors_as_unprivileged(config)
+    assert errors == [f"server.tls.cert: {key} is not readable", f"server.tls.key: {key} is not readable"]
 
 
 def test_tenant_weights_are_immutable_hashable_and_picklable() -> None:
@@ -108,7 +144,7 @@ def test_labels_and_names_with_nul_are_refused() -> None:
 
 def test_non_utf8_file_is_reported(tmp_path: Path) -> None:
     path = tmp_path / "latin1.toml"
-    path.write_bytes(b'# caf\xe9\n')
+    path.write_bytes(b"# caf\xe9\n")
     with pytest.raises(ConfigError) as info:
         Config.load(path, env={})
     assert "not UTF-8" in info.value.errors[0]

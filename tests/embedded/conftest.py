@@ -8,34 +8,21 @@ failure.
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Any, TypeVar
 
 import pytest
 
+from ..waiting import LIMIT
+from ..waiting import eventually as eventually  # the embedded tests' helpers, in one place
+
 T = TypeVar("T")
 
-LIMIT = 10.0  # seconds before a wait that should succeed counts as a hang
 
 
 async def within(awaitable: Awaitable[T], limit: float = LIMIT) -> T:
     """Await with a generous bound, so that a bug hangs one test and not the suite."""
     return await asyncio.wait_for(asyncio.ensure_future(awaitable), limit)
-
-
-async def eventually(check: Callable[[], Any], limit: float = LIMIT, step: float = 0.005) -> Any:
-    """Poll ``check`` (sync or async) until it returns something truthy."""
-    deadline = time.monotonic() + limit
-    while True:
-        value = check()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not reached within {limit}s: {check}")
-        await asyncio.sleep(step)
 
 
 async def settle(turns: int = 20) -> None:

@@ -15,18 +15,18 @@ from typing import Any
 import pytest
 
 import cronoq
-from cronoq._options import _build_spec, build_spec, plain_spec
+from cronoq._options import TaskOptions, _build_spec, build_spec, plain_spec
 
 from .conftest import eventually, within
 
 NOW = 1_700_000_000 * 10**9
 
-NO_OPTIONS = (None,) * 19  # every option of _build_spec, in order, left out
+NO_OPTIONS: TaskOptions = {}  # every option left out: the full validation path still runs
 
 
 @pytest.mark.parametrize("payload", [None, 0, 7, "text", {"doc": [1, 2.5, None]}, b"raw"])
 def test_a_bare_task_gets_the_spec_full_validation_would_build(payload: Any) -> None:
-    validated = _build_spec(payload, NOW, *NO_OPTIONS)
+    validated = _build_spec(payload, NOW, NO_OPTIONS)
     assert cronoq.Task(payload).to_spec(NOW, trace=False) == validated
     assert plain_spec(payload, trace=False) == validated
     assert build_spec(payload, NOW, trace=False) == validated

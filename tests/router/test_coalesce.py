@@ -12,6 +12,8 @@ from cronoq.router.router import status_of
 
 from cronoq.proto import cronoq_pb2 as pb
 
+from ..waiting import eventually
+
 
 class Peer:
     """Answers Submits and SubmitBatches after a short delay, like a remote shard."""
@@ -21,6 +23,7 @@ class Peer:
         self.routes: list[Route] = []  # the route each call was sent with
         self.refuse_batches = refuse_batches
         self.next_id = 1
+        self.batches_held: asyncio.Event | None = None  # when set: batches wait for it
 
     def _admit(self, spec: pb.TaskSpec) -> pb.SubmitResponse:
         if spec.kind == "bad":
@@ -38,6 +41,8 @@ class Peer:
         self.calls.append(len(request.tasks))
         self.routes.append(route)
         await asyncio.sleep(0.01)
+        if self.batches_held is not None:
+            await self.batches_held.wait()
         if self.refuse_batches is not None:
             raise RouteError(self.refuse_batches, "task 3: refused")
         return pb.SubmitBatchResponse(tasks=[self._admit(task) for task in request.tasks])
@@ -131,10 +136,11 @@ async def test_a_lane_keeps_several_calls_in_flight() -> None:
 
 async def test_closing_cancels_callers_still_waiting() -> None:
     peer = Peer()
+    peer.batches_held = asyncio.Event()  # never set: the batch stays in flight
     c = coalescer(peer)
     calls = [asyncio.ensure_future(c.submit(route(), pb.SubmitRequest(task=pb.TaskSpec())))
              for _ in range(4)]  # fmt: skip
-    await asyncio.sleep(0.015)  # the first returned; the other three are in a batch in flight
+    await eventually(lambda: calls[0].done() and peer.calls == [1, 3])  # the first returned; a batch of 3 left
     await c.close()
     outcomes = await asyncio.gather(*calls, return_exceptions=True)
     assert isinstance(outcomes[0], pb.SubmitResponse)

@@ -109,7 +109,7 @@ async def serve(config: Config) -> AsyncIterator[Running]:
     try:
         while (event := await asyncio.wait_for(listening.get(), 10)).role != "leader":
             pass
-        gateway = await start_http(app.api, config, authenticator=app.authenticator)
+        gateway = await start_http(app.api, config, authenticator=app.authenticator, unary=app.unary)
         state = Running(app, gateway, event.grpc)
         yield state
     finally:

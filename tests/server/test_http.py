@@ -28,6 +28,7 @@ from tests.server.harness import (
     WORKER_TOKEN,
 )
 from tests.server.http_support import HttpServerProcess, Running, config_text, request, serve
+from tests.waiting import eventually
 
 
 @pytest.fixture
@@ -257,7 +258,9 @@ async def test_result_waits_then_answers_504_or_the_output(gw: Running) -> None:
         status, body = await request(http, "GET", f"/v1/tasks/{sub['id']}/result", params={"timeout_s": "0.2"})
         assert status == 504
         waiting = asyncio.ensure_future(request(http, "GET", f"/v1/tasks/{sub['id']}/result"))
-        await asyncio.sleep(0.1)
+        service = gw.app.service
+        assert service is not None
+        await eventually(lambda: int(sub["id"]) in service._waiters)  # the request waits for the result
         release.set()
         status, body = await waiting
         assert status == 200, body
@@ -510,7 +513,7 @@ async def test_requests_beyond_the_concurrency_limit_are_429() -> None:
     async with serve(config) as gw, gw.session(None) as http:
         _, sub = await request(http, "POST", "/v1/tasks", json={"pool": "other"})
         waiting = asyncio.ensure_future(request(http, "GET", f"/v1/tasks/{sub['id']}/result?timeout_s=2"))
-        await asyncio.sleep(0.3)
+        await eventually(lambda: gw.app.unary.inflight == 1)
         status, body = await request(http, "GET", "/v1/snapshot")
         assert (status, body["code"]) == (429, "too_many_requests")
         assert (await request(http, "GET", "/healthz"))[0] == 200  # probes are not counted
@@ -663,15 +666,6 @@ role = "metrics"
 # ------------------------------------------------------------------------ a real server process
 
 
-def _gateway_is_wired() -> bool:
-    import inspect
-
-    import cronoq.server.app
-
-    return "start_http" in inspect.getsource(cronoq.server.app)
-
-
-@pytest.mark.skipif(not _gateway_is_wired(), reason="cronoq.server.app does not start the HTTP gateway yet")
 async def test_a_cronoq_server_process_serves_http(tmp_path: Path) -> None:
     config = config_text().replace('"127.0.0.1:0"', '"127.0.0.1:{port}"', 1).replace(
         'http_addr = "127.0.0.1:0"', 'http_addr = "127.0.0.1:{http_port}"')  # fmt: skip

@@ -24,6 +24,8 @@ from cronoq.server.auth import Authenticator
 from cronoq.server.convert import core_config, recurring_spec, task_spec
 from cronoq.server.errors import ApiError, Code, from_exception
 
+from ..waiting import eventually
+
 TOKEN = "inprocess-admin-token-0123456789"
 
 
@@ -83,8 +85,7 @@ async def test_graceful_stop_lets_running_attempts_finish_then_sends_shutdown(ap
     await worker.wait_registered(5)
     async with Client(address, token=TOKEN) as client:
         submitted = await client.submit(b"")
-        while worker.running == 0:
-            await asyncio.sleep(0.01)
+        await eventually(lambda: worker.running == 1)
         waiting = asyncio.ensure_future(client.wait(submitted.id, timeout=5))
         events: list[str] = []
 
@@ -93,9 +94,12 @@ async def test_graceful_stop_lets_running_attempts_finish_then_sends_shutdown(ap
                 events.append(event.status)
 
         watching = asyncio.ensure_future(watch())
-        await asyncio.sleep(0.2)  # the wait and the watch are attached before the stop begins
+        service = server.service
+        assert service is not None
+        # The wait and the watch are attached before the stop begins.
+        await eventually(lambda: submitted.id in service._waiters and service._subscriptions)
         server.stop()
-        await asyncio.sleep(0.1)
+        await eventually(lambda: not service.leading)
         with pytest.raises(ClientError) as refused:
             await client.submit(b"")
         assert refused.value.code == "unavailable"

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 
 import pytest
 
 from cronoq.client import Client, ClientError, Lease, task
 from tests.server.harness import ADMIN_TOKEN, METRICS_TOKEN, ServerProcess
+from tests.waiting import eventually
 
 
 async def upper(lease: Lease) -> bytes:
@@ -115,7 +117,10 @@ async def test_list_limit_is_capped_by_max_list(client: Client) -> None:
 
 async def test_watch_streams_terminal_events_and_transitions(client: Client, workers) -> None:
     terminal: list[tuple[str, str]] = []
-    transitions: list[str] = []
+    transitions: list[tuple[str, str]] = []
+    # Markers: tasks submitted and cancelled until both watches have reported one, which proves both
+    # subscriptions are open on the server (a watch reports only what happens after it opened).
+    markers = [f"w-open-{n}" for n in range(100)]
 
     async def follow_terminal() -> None:
         async for event in client.watch(["watched"]):
@@ -124,20 +129,30 @@ async def test_watch_streams_terminal_events_and_transitions(client: Client, wor
                 return
 
     async def follow_all() -> None:
-        async for event in client.watch(keys=["w-1"], all_transitions=True):
-            transitions.append(event.status)
-            if event.status == "succeeded":
+        async for event in client.watch(keys=["w-1", *markers], all_transitions=True):
+            transitions.append((event.key, event.status))
+            if (event.key, event.status) == ("w-1", "succeeded"):
                 return
 
+    def reported(key: str) -> bool:
+        return (key, "cancelled") in terminal and (key, "cancelled") in transitions
+
     watchers = [asyncio.ensure_future(follow_terminal()), asyncio.ensure_future(follow_all())]
-    await asyncio.sleep(0.3)  # let both subscriptions reach the server
+    for marker in markers:
+        await client.cancel((await client.submit(b"marker", pool="watched", key=marker)).id)
+        with contextlib.suppress(AssertionError):
+            await eventually(lambda marker=marker: reported(marker), limit=0.5)
+            break
+    else:
+        raise AssertionError("the watches never reported a marker task")
     await client.submit(b"other pool", pool="other", key="w-elsewhere")
     await workers("watched", upper)
     await client.submit(b"1", pool="watched", key="w-1", wait=True)
     await client.submit(b"2", pool="watched", key="w-2", wait=True)
     await asyncio.wait_for(asyncio.gather(*watchers), 10)
-    assert terminal == [("w-1", "succeeded"), ("w-2", "succeeded")]
-    assert "running" in transitions and transitions[-1] == "succeeded"
+    assert [event for event in terminal if event[0] not in markers] == [("w-1", "succeeded"), ("w-2", "succeeded")]
+    statuses = [status for key, status in transitions if key == "w-1"]
+    assert "running" in statuses and statuses[-1] == "succeeded"
 
 
 async def test_snapshot_workers_and_recurring(server: ServerProcess, workers) -> None:

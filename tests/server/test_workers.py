@@ -120,11 +120,11 @@ async def test_exactly_one_outcome_per_lease(server: ServerProcess, channel: grp
         stream.send(complete=pb.Complete(lease=999_999, output=b"unknown lease"))
         result = await client.wait(submitted.id, timeout=5)
         assert result.status == "succeeded" and result.output == b"first"
-        await asyncio.sleep(0.2)
+        # The stream ends only after the server handled every message sent on it before.
+        stream.outbox.put_nowait(None)
+        assert await stream.status() == grpc.StatusCode.OK
         again = await client.wait(submitted.id, timeout=5)
         assert again.output == b"first"
-    stream.outbox.put_nowait(None)
-    assert await stream.status() == grpc.StatusCode.OK
 
 
 async def test_fail_cancelled_and_nack_over_a_raw_stream(server: ServerProcess, channel: grpc.aio.Channel) -> None:

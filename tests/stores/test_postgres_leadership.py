@@ -14,6 +14,8 @@ from cronoq.stores import Fenced, SchemaTooNew, StoreError
 from cronoq.stores import _schema as schema_mod
 from cronoq.stores.postgres import PostgresStore, apply_migrations
 
+from .support import eventually, refused_claims
+
 T0 = 1_700_000_000_000_000_000
 
 
@@ -43,19 +45,16 @@ def make(stores: list[PostgresStore], dsn: str, schema: str, **kw: Any) -> Postg
     return store
 
 
-async def not_done_after(task: asyncio.Task[Any], seconds: float) -> bool:
-    await asyncio.sleep(seconds)
-    return not task.done()
-
-
 async def test_one_leader_and_takeover_after_release(
     postgres_dsn: str, pg_schema: str, stores: list[PostgresStore]
 ) -> None:
     a = make(stores, postgres_dsn, pg_schema)
     b = make(stores, postgres_dsn, pg_schema)
     epoch_a = await asyncio.wait_for(a.acquire_leadership(), 10)
+    refused = refused_claims(b)
     waiting = asyncio.create_task(b.acquire_leadership())
-    assert await not_done_after(waiting, 0.5)
+    await eventually(lambda: len(refused) >= 3, "three refused claims")
+    assert not waiting.done()
 
     await a.commit(epoch_a, [put(1)])
     loop = asyncio.get_running_loop()
@@ -79,8 +78,10 @@ async def test_terminated_lock_session_hands_over_and_fences(
     a = make(stores, postgres_dsn, pg_schema, keepalive=3600, lease_ttl=7200)
     b = make(stores, postgres_dsn, pg_schema)
     epoch_a = await a.acquire_leadership()
+    refused = refused_claims(b)
     waiting = asyncio.create_task(b.acquire_leadership())
-    assert await not_done_after(waiting, 0.3)
+    await eventually(lambda: len(refused) >= 3, "three refused claims")
+    assert not waiting.done()
 
     pid = a.lock_session_pid
     assert pid is not None

@@ -1,0 +1,1 @@
+"""The implementation of ``cronoq.client`` (the public names are re-exported there)."""
