@@ -135,7 +135,7 @@ def engine_memory(n: int) -> None:
         for start in range(0, n, 10_000):
             for _ in range(start, min(start + 10_000, n)):
                 core.submit(now, spec)
-            core.drain_actions()
+            core.drain()
         return core
 
     gc.collect()
