@@ -343,7 +343,8 @@ def _check_epochs(history: History, result: CheckResult, found: list[Violation])
 
 
 def _leaderless_intervals(history: History) -> dict[str, list[tuple[float, float]]]:
-    """Per shard, the (from, to) spans with no serving leader; an open span ends at the last sample."""
+    """Per shard, the (from, to) spans with no serving leader; an open span ends at the last sample,
+    and a takeover quicker than the sampling is an empty span at the sample that saw it."""
     changes: dict[str, list[tuple[float, str | None]]] = defaultdict(list)
     last = 0.0
     for shard, when, leader in history.leadership:
@@ -354,12 +355,17 @@ def _leaderless_intervals(history: History) -> dict[str, list[tuple[float, float
         events.sort(key=lambda event: event[0])
         spans[shard] = []
         gap_from: float | None = None
+        previous: str | None = None
         for when, leader in events:
             if leader is None and gap_from is None:
                 gap_from = when
             elif leader is not None and gap_from is not None:
                 spans[shard].append((gap_from, when))
                 gap_from = None
+            elif leader is not None and previous is not None and not set(leader.split(",")) & set(previous.split(",")):
+                # Another replica served by the next sample: the gap fell between two samples.
+                spans[shard].append((when, when))
+            previous = leader
         if gap_from is not None:
             spans[shard].append((gap_from, last))
     return spans

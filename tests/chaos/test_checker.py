@@ -71,6 +71,13 @@ def test_a_clean_history_passes_and_its_fault_is_measured() -> None:
     assert fault.leaderless_s == pytest.approx(1.5)
 
 
+def test_a_takeover_between_two_samples_is_measured_up_to_the_sample_that_saw_it() -> None:
+    history = clean()
+    history.leadership = [("s1", 0.5, "s1-r1"), ("s1", 10.3, "s1-r2")]
+    [fault] = check(history).faults
+    assert fault.leaderless_s == pytest.approx(0.3)
+
+
 def test_an_acknowledged_task_missing_from_the_store_is_lost() -> None:
     history = clean()
     history.stored = history.stored[1:]
