@@ -78,6 +78,18 @@ def test_a_takeover_between_two_samples_is_measured_up_to_the_sample_that_saw_it
     assert fault.leaderless_s == pytest.approx(0.3)
 
 
+def test_each_leaderless_span_counts_for_the_fault_that_caused_it_only() -> None:
+    history = clean()
+    history.faults = [
+        Fault("pg-latency", "postgres", "*", 2.0, 5.0),
+        Fault("pg-reset", "postgres", "*", 10.0, 10.5),
+        Fault("worker-kill", "w1", None, 10.0, 10.2),
+    ]
+    latency, reset, worker = check(history).faults
+    assert latency.leaderless_s is None and worker.leaderless_s is None
+    assert reset.leaderless_s == pytest.approx(1.5)
+
+
 def test_an_acknowledged_task_missing_from_the_store_is_lost() -> None:
     history = clean()
     history.stored = history.stored[1:]
