@@ -41,7 +41,7 @@ deploy-check: $(STAMP)
 # The fuzz tests with many more examples (CRONOQ_FUZZ=long multiplies the short runs of `make test`
 # by CRONOQ_FUZZ_SCALE, default 40; tests/fuzz/budget.py). FUZZ_TESTS lists what runs; property tests
 # elsewhere take the same switch through tests.fuzz.budget.examples().
-FUZZ_TESTS ?= tests/fuzz
+FUZZ_TESTS ?= tests/fuzz tests/engine/test_properties.py tests/engine/test_bounds.py tests/conformance/test_extreme_values.py
 fuzz: $(STAMP)
 	bash scripts/ensure_postgres.sh
 	CRONOQ_FUZZ=long $(PY) -m pytest -q -s $(FUZZ_TESTS)

@@ -219,9 +219,20 @@ async def _drain(ctx: RunContext, timeout: float) -> bool:
     return False
 
 
-async def _stored_tasks(client: Client, pools: list[str]) -> tuple[list[StoredTask], list[str]]:
+async def _stored_tasks(client: Client, pools: list[str], settle_s: float = 30.0) -> tuple[list[StoredTask], list[str]]:
     """Every task the cluster reports (all shards), with the output of those that took more than
-    one attempt (only those can carry a stale outcome)."""
+    one attempt (only those can carry a stale outcome). A listing that missed a shard (one still
+    electing its leader after the last fault) is read again from the start for up to ``settle_s``:
+    a shard that did not answer must not count as tasks lost."""
+    deadline = asyncio.get_running_loop().time() + settle_s
+    while True:
+        tasks, problems = await _list_once(client, pools)
+        if not problems or asyncio.get_running_loop().time() >= deadline:
+            return tasks, problems
+        await asyncio.sleep(0.5)
+
+
+async def _list_once(client: Client, pools: list[str]) -> tuple[list[StoredTask], list[str]]:
     tasks: list[StoredTask] = []
     problems: list[str] = []
     cursor = 0
