@@ -99,10 +99,11 @@ class Intake:
                     SubmitCode.RESERVATION_CONFLICT,
                     f"pool {pool.name!r} has no reservable capacity left for that start time",
                 )
-        spare = [parent.id for parent, _, _ in resolved if parent is not None] if resolved else ()
-        victim = self._admission.admit(pool, spec, spare)
-        if victim is not None:
-            self._outcomes.finish(victim, _SHED, now, f"shed to admit a {spec.priority.label} task")
+        if pool.bounded or self._admission.global_bounded:
+            spare = [parent.id for parent, _, _ in resolved if parent is not None] if resolved else ()
+            victim = self._admission.admit(pool, spec, spare)
+            if victim is not None:
+                self._outcomes.finish(victim, _SHED, now, f"shed to admit a {spec.priority.label} task")
         task = self.create(now, pool, spec, resolved, interval)
         return Submitted(task.id, False)
 

@@ -7,7 +7,7 @@ counters right. Admission control hears of every task that starts or stops pendi
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import TYPE_CHECKING, Final
 
 from . import transitions
@@ -34,6 +34,8 @@ class Registry:
         self.totals: dict[str, int] = dict.fromkeys(TOTAL_NAMES, 0)
         """Engine-wide counters (each pool keeps its share in ``Pool.totals``)."""
         self._ids = IdAllocator(config.id_epoch, config.id_shard)
+        self.allocate_id: Callable[[], int] = self._ids.allocate
+        """A new task id (ids only grow)."""
         self._tasks: dict[int, Task] = {}
         self._keys: dict[str, int] = {}
         self._by_pool: dict[str, IdIndex] = {}
@@ -45,9 +47,6 @@ class Registry:
         self._admission = admission
 
     # Ids and lookups ----------------------------------------------------------------------------
-
-    def allocate_id(self) -> int:
-        return self._ids.allocate()
 
     @property
     def last_id(self) -> int:

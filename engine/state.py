@@ -15,7 +15,7 @@ from .lanes import FifoLane, KeyedLane
 from .reservations import ReservationBook
 from .snapshot import TOTAL_NAMES
 from .stats import LogLinearHistogram, MetricsWindow
-from .types import CLASSES, Dep, EdgeCond, FixedStart, RecurringSpec, RetryPolicy, TaskSpec, TaskStatus
+from .types import CLASSES, EdgeCond, FixedStart, RecurringSpec, RetryPolicy, TaskSpec, TaskStatus
 
 # Read once: an enum member looked up on its class runs Python code (and every task starts ready).
 _READY: Final = TaskStatus.READY
@@ -64,7 +64,6 @@ class Task:
         "children",
         "cls",
         "deadline",
-        "deps",
         "est",
         "finished_at",
         "fixed",
@@ -83,7 +82,6 @@ class Task:
         "pool",
         "qgen",
         "ready_at",
-        "recurring",
         "retry",
         "retry_at",
         "seq",
@@ -125,7 +123,6 @@ class Task:
         self.unmet = 0
         self.awaiting: set[str] | None = None
         self.children: list[tuple[Task, EdgeCond]] | None = None
-        self.deps: tuple[Dep, ...] = spec.deps
         self.labels: LabelKey = frozenset(spec.labels.items()) if spec.labels else NO_LABELS
         self.lease: LeaseState | None = None
         self.retry_at: int | None = None
@@ -137,7 +134,6 @@ class Task:
         self.sfq_tag = -1.0  # fair-share start tag, kept across retries and wake-ups
         self.where = NOWHERE
         self.woken = False  # re-queued by a resource wake-up: keeps its place if it parks again
-        self.recurring: str | None = spec.tags.get("cronoq.recurring") if spec.tags else None
 
     def __repr__(self) -> str:
         return f"<Task {self.id} {self.status.value} pool={self.pool.name} cls={self.cls}>"
