@@ -426,9 +426,7 @@ class Dispatcher:
         cls = task.cls
         ready = pool.ready
         inversion = cls > 0 and (ready[0] > 0 or (cls > 1 and (ready[1] > 0 or (cls > 2 and ready[2] > 0))))
-        self._start(pool, task, group, now, inversion)
-
-    def _start(self, pool: Pool, task: Task, group: Group, now: int, inversion: bool) -> None:
+        # Start it.
         window = pool.window
         window.integrate(now, pool.busy, pool.capacity)
         bucket = window.current(now)

@@ -86,7 +86,10 @@ class Intake:
             if existing is not None:
                 admission.check_spec(spec, self._resources)
                 return Submitted(existing, True)
-        admission.check_spec(spec, self._resources)
+        if spec.resources:
+            admission.check_spec(spec, self._resources)
+        else:
+            admission.check_values(spec)  # the part of check_spec a task without resources needs
         resolved = self._dependencies.resolve(pool, spec) if spec.deps else None
         if key is not None and resolved is not None:
             self._dependencies.check_cycle(key, resolved)

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 _READY: Final = TaskStatus.READY
 _RUNNING: Final = TaskStatus.RUNNING
+_ALLOWED: Final = transitions.BY_VALUE
 _READY_ROW: Final = STATUS_INDEX[TaskStatus.READY.value]
 _RUNNING_ROW: Final = STATUS_INDEX[TaskStatus.RUNNING.value]
 
@@ -202,7 +203,8 @@ class Registry:
         old = task.status
         if old._value_ in TERMINAL_VALUES:
             return False
-        transitions.check(task.id, old, status)
+        if status._value_ not in _ALLOWED[old._value_]:
+            transitions.check(task.id, old, status)  # raises
         pool = task.pool
         cls = task.cls
         pool.counts[STATUS_INDEX[old._value_]][cls] -= 1
