@@ -427,9 +427,7 @@ class Dispatcher:
         ready = pool.ready
         inversion = cls > 0 and (ready[0] > 0 or (cls > 1 and (ready[1] > 0 or (cls > 2 and ready[2] > 0))))
         # Start it.
-        window = pool.window
-        window.integrate(now, pool.busy, pool.capacity)
-        bucket = window.current(now)
+        bucket = pool.window.integrate_current(now, pool.busy, pool.capacity)
         if task.holding:
             task.holding = False
             pool.held -= 1
