@@ -56,7 +56,8 @@ NO_LABELS: Final[LabelKey] = frozenset()
 
 
 class Task:
-    """One task. ``seq`` orders submissions; it equals the id (ids grow in submission order)."""
+    """One task. Its id also orders submissions (ids grow in submission order): the lanes break
+    ties by it."""
 
     __slots__ = (
         "attempt",
@@ -84,7 +85,6 @@ class Task:
         "ready_at",
         "retry",
         "retry_at",
-        "seq",
         "sfq_tag",
         "spec",
         "started_at",
@@ -99,7 +99,6 @@ class Task:
 
     def __init__(self, task_id: int, pool: Pool, spec: TaskSpec, now: int, retry: RetryPolicy) -> None:
         self.id = task_id
-        self.seq = task_id
         self.pool = pool
         self.spec: TaskSpec | None = spec
         self.cls: int = int(spec.priority)
