@@ -448,6 +448,11 @@ class Driver:
                         # This step was computed on top of the refused one: it is void too.
                         step.fail(request.error)
                         raise
+                    except _Fatal as fatal:
+                        # Fenced or out of store time: this step will never be committed either,
+                        # and its callers must hear so now (not when the listener closes).
+                        step.fail(StoreUnavailable(str(fatal)) if fatal.unavailable else NotLeader(str(fatal)))
+                        raise
                     inflight = None
                 if step.mutations:
                     step.commit = asyncio.get_running_loop().create_task(self._commit(step.mutations))
