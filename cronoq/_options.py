@@ -512,6 +512,11 @@ class Task:
             raise InvalidTaskOption(err.message) from None
         self._spec = spec
 
+    @property
+    def bare(self) -> bool:
+        """Whether the task is a bare payload (no option was given)."""
+        return not self._options
+
     def to_spec(self, now: int, *, trace: bool = True) -> et.TaskSpec:
         """The engine spec of this task, with relative times counted from ``now`` (ns)."""
         options = self._options
@@ -565,7 +570,7 @@ def _str_map(values: Mapping[str, Any] | None, what: str) -> Mapping[str, str]:
 
 def _all_absent(options: TaskOptions) -> bool:
     """Whether no task option was given (the common case: a bare payload); ``None`` is absent."""
-    for value in options.values():  # a loop, not all(): this runs on every submission
+    for value in options.values():  # noqa: SIM110  # a loop, not all(): it runs on every submission
         if value is not None:
             return False
     return True

@@ -472,6 +472,12 @@ class Api:
             info.name, info.number, info.endpoint = local.name, local.number, local.endpoint
         return cpb.ListShardsResponse(shards=[info])
 
+    def describe_replica(self, principal: Principal) -> cpb.ReplicaInfo:
+        """This process as one replica of its shard (metrics role): whether it leads now."""
+        principal.require(Role.METRICS)
+        return cpb.ReplicaInfo(state="leader" if self.serving else "standby", host=socket.gethostname(),
+                               pid=os.getpid(), version=__version__)  # fmt: skip
+
     @_api_errors
     async def list_schedules(self, principal: Principal, request: pb.Empty | None = None
                              ) -> cpb.ListSchedulesResponse:  # fmt: skip

@@ -46,7 +46,7 @@ from .forward import ForwardService
 from .grpc_service import SHUTDOWN_LINGER_S, GrpcServices, server_options
 from .grpc_web import GrpcWebFront
 from .http import HttpGateway, ListenError, start_http
-from .unary import UnaryRunner
+from .unary import UnaryRunner, time_left
 
 __all__ = ["BindError", "ServerApp", "make_store"]
 
@@ -75,14 +75,31 @@ def make_store(config: Config) -> Store:
 
         path = config.store_namespace()
         assert path is not None
-        return SqliteStore(path, retention=retention, shard=shard, codec=BlobCodec())
+        return SqliteStore(
+            path,
+            retention=retention,
+            shard=shard,
+            codec=BlobCodec(),
+            lease_ttl=section.lease_ttl_s,
+            lease_renew=section.lease_renew_s,
+            lock_poll=section.lock_poll_s,
+        )
     if isinstance(section, PostgresStoreConfig):
         from cronoq.stores.postgres import PostgresStore
 
         if section.url is None:
             raise ValueError("store.url is not known (the environment variable was not read)")
         schema = config.store_namespace() or "public"
-        return PostgresStore(section.url, schema=schema, retention=retention, shard=shard, codec=BlobCodec())
+        return PostgresStore(
+            section.url,
+            schema=schema,
+            retention=retention,
+            shard=shard,
+            codec=BlobCodec(),
+            lease_ttl=section.lease_ttl_s,
+            lease_renew=section.lease_renew_s,
+            lock_poll=section.lock_poll_s,
+        )
     assert isinstance(section, MemoryStoreConfig)
     from cronoq.stores.memory import MemoryStore
 
@@ -128,7 +145,7 @@ class ServerApp:
         self.config = config
         self.api = Api(config)
         # Forwarded calls carry the caller's trace context when OpenTelemetry is on.
-        self.router = Router(config, self.api, traceparent=telemetry.outgoing_traceparent)
+        self.router = Router(config, self.api, traceparent=telemetry.outgoing_traceparent, time_left=time_left)
         self.authenticator = Authenticator(config.auth)
         self.store = store if store is not None else make_store(config)
         self.on_listening = on_listening
@@ -241,6 +258,10 @@ class ServerApp:
                 self.api.service = None
                 self.service = None
                 self.http.retire_connections(SHUTDOWN_LINGER_S)  # HTTP clients reconnect, as gRPC ones do
+                # Calls that arrived while this node led but were not started yet (a leader woken
+                # from a freeze finds many) start now and hear UNAVAILABLE, which callers retry; a
+                # listener stopped at once would cancel them (CANCELLED, which they do not retry).
+                await asyncio.sleep(SHUTDOWN_LINGER_S)
                 await _stop_server(server, SHUTDOWN_LINGER_S)
                 with contextlib.suppress(Exception):
                     await self.store.release_leadership()

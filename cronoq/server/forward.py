@@ -21,6 +21,7 @@ read them), so gRPC's flow control holds the sender back.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import re
@@ -77,13 +78,16 @@ class ForwardService(pbg.PeersServicer):
         register_services(server, pb, self, ("Peers",))
 
     async def Forward(self, request_iterator: Any, context: Any) -> None:
+        slot = contextlib.ExitStack()
         try:
-            self._principal_of(context)  # the stream's own credentials (and a standby refuses)
+            principal = self._principal_of(context)  # the stream's own credentials (and a standby refuses)
+            slot.enter_context(self.unary.streams.hold(principal, "Forward"))  # limits.max_streams_per_caller
         except ApiError as error:
             await abort_call(context, error)
             return
-        await context.send_initial_metadata(())
-        malformed = await _ForwardStream(self, context).run()
+        with slot:
+            await context.send_initial_metadata(())
+            malformed = await _ForwardStream(self, context).run()
         if malformed is not None:
             await abort_call(context, malformed)
 
@@ -104,7 +108,7 @@ class ForwardService(pbg.PeersServicer):
                     request = method.request.FromString(call.request)
                 except DecodeError:
                     raise ApiError.invalid(f"malformed {method.name} request") from None
-                response, missing = await self.unary.run(principal, handler, request, timeout)
+                response, missing = await self.unary.run(principal, handler, request, deadline=timeout)
             except Exception as exc:
                 error = from_exception(exc)
                 reply.code = error.code.grpc.value[0]

@@ -105,7 +105,7 @@ def server_options(config: Config, *, standby: bool) -> list[tuple[str, Any]]:
     return options
 
 
-def _cert_names(context: grpc.aio.ServicerContext[Any, Any]) -> list[str]:
+def peer_cert_names(context: grpc.aio.ServicerContext[Any, Any]) -> list[str]:
     """DNS names of the client certificate the TLS layer verified (none without mTLS)."""
     try:
         auth = context.auth_context()
@@ -120,7 +120,7 @@ def _cert_names(context: grpc.aio.ServicerContext[Any, Any]) -> list[str]:
     return names
 
 
-def _metadata_value(context: grpc.aio.ServicerContext[Any, Any], name: str) -> str | None:
+def metadata_value(context: grpc.aio.ServicerContext[Any, Any], name: str) -> str | None:
     for key, value in context.invocation_metadata() or ():
         if key == name:
             return value if isinstance(value, str) else value.decode("latin-1")
@@ -219,7 +219,7 @@ class GrpcServices(pbg.TasksServicer, pbg.AdminServicer, pbg.WorkersServicer):
         self.standby = standby
         self.limits = api.limits
         self.unary = unary if unary is not None else UnaryRunner(api.limits)
-        self.work_streams = WorkStreams(api, self.principal_of)
+        self.work_streams = WorkStreams(api, self.principal_of, self.unary.streams)
 
     def add_to(self, server: grpc.aio.Server) -> None:
         """Register every method of ``cronoq.v1`` (and of the console's ``cronoq.console.v1``) as the
@@ -231,10 +231,10 @@ class GrpcServices(pbg.TasksServicer, pbg.AdminServicer, pbg.WorkersServicer):
         ConsoleServicer(self).add_to(server)
 
     def _principal(self, context: grpc.aio.ServicerContext[Any, Any]) -> Principal:
-        principal = self.auth.authenticate(_metadata_value(context, "authorization"), _cert_names(context))
+        principal = self.auth.authenticate(metadata_value(context, "authorization"), peer_cert_names(context))
         if self.standby:
             raise ApiError.unavailable()
-        if _metadata_value(context, FORWARDED) is not None:
+        if metadata_value(context, FORWARDED) is not None:
             principal = principal.as_forwarded()
         return principal
 
@@ -249,12 +249,16 @@ class GrpcServices(pbg.TasksServicer, pbg.AdminServicer, pbg.WorkersServicer):
             principal = self._principal(context)
             if isinstance(request, Malformed):
                 raise request.error()
-            response, missing = await self.unary.run(principal, handler, request)
+            # The caller's gRPC deadline bounds the call here and on any shard it is forwarded to.
+            response, missing = await self.unary.run(principal, handler, request, deadline=context.time_remaining())
             if missing:
                 context.set_trailing_metadata(((UNAVAILABLE_SHARDS_KEY, ",".join(missing)),))
             return response
         except Exception as exc:
             return await _abort(context, from_exception(exc))  # type: ignore[no-any-return]
+
+    run_unary = _unary
+    """How the services registered beside these (``console_grpc``) run a unary call."""
 
     # ------------------------------------------------------------------------------- Tasks
 
@@ -281,16 +285,18 @@ class GrpcServices(pbg.TasksServicer, pbg.AdminServicer, pbg.WorkersServicer):
             principal = self._principal(context)
             if isinstance(request, Malformed):
                 raise request.error()
-            with collect_unavailable() as missing:
-                events = await self.router.watch(principal, request)
-            try:
-                # Headers go out as soon as the subscription exists, so a router forwarding this
-                # watch knows the shard is in; shards it could not reach are named here.
-                await context.send_initial_metadata(((UNAVAILABLE_SHARDS_KEY, ",".join(missing)),) if missing else ())
-                async for event in events:
-                    await context.write(event)
-            finally:
-                await events.aclose()  # type: ignore[attr-defined]  # ends the subscription at once
+            with self.unary.streams.hold(principal, "Watch"):
+                with collect_unavailable() as missing:
+                    events = await self.router.watch(principal, request)
+                try:
+                    # Headers go out as soon as the subscription exists, so a router forwarding this
+                    # watch knows the shard is in; shards it could not reach are named here.
+                    await context.send_initial_metadata(((UNAVAILABLE_SHARDS_KEY, ",".join(missing)),)
+                                                        if missing else ())  # fmt: skip
+                    async for event in events:
+                        await context.write(event)
+                finally:
+                    await events.aclose()  # type: ignore[attr-defined]  # ends the subscription at once
         except Exception as exc:
             await _abort(context, from_exception(exc))
 

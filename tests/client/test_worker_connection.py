@@ -128,8 +128,16 @@ async def test_unreachable_server_is_retried_until_it_appears(start_worker: Any)
 
 async def test_stop_interrupts_backoff(start_worker: Any) -> None:
     running = start_worker(f"127.0.0.1:{dead_port()}", ok, backoff=(30.0, 60.0))
-    await eventually(lambda: running.worker.connections >= 1, what="first attempt")
-    await asyncio.sleep(0.1)
+    # A spy on the worker's pause between attempts (the real pause still runs).
+    pausing = asyncio.Event()
+    pause = running.worker._pause
+
+    async def spied_pause(delay: float) -> None:
+        pausing.set()
+        await pause(delay)
+
+    running.worker._pause = spied_pause  # type: ignore[method-assign]
+    await asyncio.wait_for(pausing.wait(), 10)  # the first attempt failed: the worker backs off
     loop = asyncio.get_running_loop()
     t0 = loop.time()
     await running.stop()

@@ -10,6 +10,7 @@ import os
 import signal
 import sqlite3
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -83,8 +84,25 @@ class Second:
         return {"by": "second", "name": payload["name"], "attempt": ctx.attempt}
 
 
-def second_scheduler(path: Path, executor: Second) -> cronoq.Scheduler:
-    return cronoq.Scheduler([cronoq.Pool("default", executor, max=4, autoscale=False)], store=fast_store(path))
+def second_scheduler(path: Path, executor: Second, store: cronoq.SqliteStore | None = None) -> cronoq.Scheduler:
+    store = fast_store(path) if store is None else store
+    return cronoq.Scheduler([cronoq.Pool("default", executor, max=4, autoscale=False)], store=store)
+
+
+def refusals_of(store: cronoq.SqliteStore) -> list[float]:
+    """A spy on the store's attempts to take the lease (each attempt still runs): the times of
+    those refused because another process holds it."""
+    refused: list[float] = []
+    take = store._take_sync
+
+    def spied_take() -> tuple[int, int] | None:
+        taken = take()
+        if taken is None:
+            refused.append(time.monotonic())
+        return taken
+
+    store._take_sync = spied_take  # type: ignore[method-assign]
+    return refused
 
 
 def rows(path: Path, sql: str, *args: object) -> list[tuple[Any, ...]]:
@@ -275,11 +293,13 @@ async def test_a_second_process_waits_in_start_and_takes_over_on_stop(tmp_path: 
     path = tmp_path / "state.db"
     child = await Child.start("lead", path)
     second = Second()
-    sched = second_scheduler(path, second)
+    store = fast_store(path)
+    refused = refusals_of(store)
+    sched = second_scheduler(path, second, store)
     try:
         await child.expect("ready")
         starting = asyncio.ensure_future(sched.start())
-        await asyncio.sleep(0.3)  # several standby polls
+        await eventually(lambda: len(refused) >= 3)  # it polled the lease several times, in vain
         assert not starting.done()
         assert not sched.started
         with pytest.raises(RuntimeError):  # not started until it leads
@@ -300,11 +320,13 @@ async def test_a_second_process_takes_over_when_the_leader_is_killed(tmp_path: P
     path = tmp_path / "state.db"
     child = await Child.start("lead", path)
     second = Second()
-    sched = second_scheduler(path, second)
+    store = fast_store(path)
+    refused = refusals_of(store)
+    sched = second_scheduler(path, second, store)
     try:
         await child.expect("ready")
         starting = asyncio.ensure_future(sched.start())
-        await asyncio.sleep(0.3)
+        await eventually(lambda: len(refused) >= 3)
         assert not starting.done()
         child.kill()
         await within(starting)  # after the dead leader's lease (1 s) expires

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -197,7 +198,7 @@ async def test_max_pending_with_wait_overflow_blocks_until_space(gate: Gate) -> 
         second = await sched.submit("second")
         third = asyncio.ensure_future(sched.submit("third"))
         enqueued = asyncio.ensure_future(sched.enqueue("fourth"))
-        await asyncio.sleep(0.05)
+        await eventually(lambda: len(sched._space_waiters) == 2)  # both were refused as full and wait
         assert not third.done() and not enqueued.done()
         gate.open()
         handle = await within(third)
@@ -267,14 +268,22 @@ async def test_recurring_every_second_then_removed() -> None:
         assert payload == {"job": "tick"}
         runs.append(ctx)
 
-    async with cronoq.Scheduler([cronoq.Pool("default", run)]) as sched:
+    witnessed: list[float] = []
+
+    async def witness(ctx: cronoq.TaskContext, payload: Any) -> None:
+        witnessed.append(time.time())
+
+    async with cronoq.Scheduler([cronoq.Pool("default", run), cronoq.Pool("witness", witness)]) as sched:
         await sched.add_recurring("ticker", "* * * * * *", {"job": "tick"}, key="tick", kind="tick",
                                   tags={"x": "1"}, tolerance=0.5)
         await eventually(lambda: runs, limit=5.0)
         assert await sched.remove_recurring("ticker") is True
         assert await sched.remove_recurring("ticker") is False
         seen = len(runs)
-        await asyncio.sleep(1.1)
+        # A witness schedule of the same period, added after the removal, running twice proves a
+        # whole period passed in which the removed one would have fired.
+        await sched.add_recurring("witness", "* * * * * *", {"job": "witness"}, pool="witness", tolerance=0.5)
+        await eventually(lambda: len(witnessed) >= 2, limit=5.0)
         # An occurrence already created before the removal may still run; nothing after it.
         assert len(runs) <= seen + 1
     ctx = runs[0]
@@ -367,9 +376,13 @@ async def _succeeded(sched: cronoq.Scheduler, count: int) -> bool:
 async def test_cost_accounting() -> None:
     scale = cronoq.AutoscaleConfig(cost_per_worker_second=1.0)
     async with cronoq.Scheduler([cronoq.Pool("default", echo, autoscale=scale)]) as sched:
-        await asyncio.sleep(0.02)
-        pool = (await sched.snapshot()).pool("default")
-        assert pool is not None and pool.cost > 0 and pool.worker_seconds > 0
+
+        async def charged() -> bool:
+            pool = (await sched.snapshot()).pool("default")
+            assert pool is not None
+            return pool.cost > 0 and pool.worker_seconds > 0
+
+        await eventually(charged)  # workers cost from the start, whether busy or not
 
 
 async def test_shutdown_while_waiting_for_room(gate: Gate) -> None:
@@ -381,7 +394,7 @@ async def test_shutdown_while_waiting_for_room(gate: Gate) -> None:
     await eventually(lambda: tracker.in_flight == 1)
     await sched.submit("queued")
     waiting = asyncio.ensure_future(sched.submit("waiting"))
-    await asyncio.sleep(0.02)
+    await eventually(lambda: len(sched._space_waiters) == 1)
     assert not waiting.done()
     await sched.shutdown(grace=0.01)
     with pytest.raises(cronoq.SchedulerError):
