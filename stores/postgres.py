@@ -97,6 +97,12 @@ def quote_schema(schema: str) -> str:
     return f'"{schema}"'
 
 
+# application_name prefixes of a store's sessions (followed by the instance's tag): what a
+# standby ends once the holder's lease expired, and what operators and drills can tell apart.
+LOCK_SESSION_PREFIX = "cronoq-lock/"
+DATA_SESSION_PREFIX = "cronoq/"
+
+
 def lock_key(schema: str, purpose: str = "leader") -> int:
     """The advisory lock key (a signed 64-bit integer) of ``purpose`` for ``schema``."""
     digest = hashlib.sha256(f"cronoq/{purpose}/{schema}".encode()).digest()
@@ -413,8 +419,8 @@ class PostgresStore:
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{self.tag}"
         self.lease_ttl = lease_ttl
         self.lease_renew = keepalive if lease_renew is None else lease_renew
-        self._pool_app = f"cronoq/{self.tag}"
-        self._lock_app = f"cronoq-lock/{self.tag}"
+        self._pool_app = f"{DATA_SESSION_PREFIX}{self.tag}"
+        self._lock_app = f"{LOCK_SESSION_PREFIX}{self.tag}"
         self._lease = LeaseKeeper(
             PgLease(self),
             lease_ttl=lease_ttl,
