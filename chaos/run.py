@@ -16,6 +16,7 @@ import random
 import shutil
 import tempfile
 import time
+import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -356,7 +357,8 @@ async def run_drill(
             dsn=dsn,
             state=run_dir / "cluster",
             base_port=0,
-            schema_prefix=f"chaos_{rng.getrandbits(40):010x}_",
+            # Unique per run (not from the seed): runs sharing a --dsn must not share schemas.
+            schema_prefix=f"chaos_{uuid.uuid4().hex[:12]}_",
             restart=drill.restart,
             pool_settings=dict(drill.pool_settings),
             limits={"max_pending_per_pool": 2 * options.backlog + 100_000} if options.backlog else {},
