@@ -34,6 +34,7 @@ from . import convert
 from .auth import Principal
 from .errors import ApiError, Code, from_exception
 from .history import PAYLOAD_PREVIEW_BYTES, task_detail, task_query
+from .telemetry import TRACEPARENT, outgoing_traceparent
 
 __all__ = ["DEFAULT_LIST_LIMIT", "Api", "default_pool_name"]
 
@@ -148,7 +149,9 @@ class Api:
             return None
         return principal.visible(self.pools)
 
-    def _spec(self, principal: Principal, message: pb.TaskSpec, now: int) -> TaskSpec:
+    def _spec(self, principal: Principal, message: pb.TaskSpec, now: int, traceparent: str | None) -> TaskSpec:
+        """``traceparent``: the request's span (``outgoing_traceparent()``, once per request), which
+        becomes the task's trace unless the task carries one."""
         spec = convert.task_spec(message, now, self.limits)
         if spec.key is not None and is_run_key(spec.key):
             raise ApiError.invalid(
@@ -159,9 +162,7 @@ class Api:
         spec.tenant = principal.tenant_for(spec.tenant)
         self._check_one_shard(spec)
         # OpenTelemetry: the request's span becomes the task's trace (workers see the tag).
-        from .telemetry import TRACEPARENT, outgoing_traceparent
-
-        if TRACEPARENT not in spec.tags and (traceparent := outgoing_traceparent()) is not None:
+        if traceparent is not None and TRACEPARENT not in spec.tags:
             spec.tags = {**spec.tags, TRACEPARENT: traceparent}
         return spec
 
@@ -191,7 +192,10 @@ class Api:
 
     async def _check_references(self, principal: Principal, specs: Sequence[TaskSpec]) -> None:
         """For pool-scoped callers, before admission: keys of the new tasks must not be in use
-        in pools outside the scope, and dependencies must not name tasks of such pools."""
+        in pools outside the scope, and dependencies must not name tasks of such pools. Nor may
+        they name a key no task holds yet (except one the batch defines): keys are one namespace
+        across pools, so the task that takes it later may be in a pool outside the scope, and an
+        awaiting child would learn of it."""
         if not principal.scoped:
             return
         refs: list[TaskRef] = []
@@ -210,6 +214,7 @@ class Api:
             return out
 
         found: list[str | None] = await self.current().driver.call(pools_of)
+        defined = {spec.key for spec in specs if spec.key is not None}
         position = 0
         for index, spec in enumerate(specs):
             where = "" if len(specs) == 1 else f"task {index}: "
@@ -224,6 +229,9 @@ class Api:
                 position += 1
                 if pool is not None and not principal.sees(pool):
                     raise ApiError.not_found(f"{where}unknown dependency {dep.target!r}")
+                if pool is None and isinstance(dep.target, str) and dep.target not in defined:
+                    raise ApiError.not_found(f"{where}unknown dependency {dep.target!r} (a credential scoped to "
+                                             f"pools cannot wait for a key no task holds yet)")  # fmt: skip
 
     async def _check_duplicates(self, principal: Principal, ids: Sequence[int]) -> None:
         """A duplicate key resolves to an existing task: refuse one the caller may not see."""
@@ -244,7 +252,7 @@ class Api:
             raise ApiError.invalid("wait_timeout_s is only valid with wait")
         timeout = self.wait_limit(request.wait_timeout_s if request.HasField("wait_timeout_s") else None)
         service = self.current()
-        spec = self._spec(principal, request.task, self.clock())
+        spec = self._spec(principal, request.task, self.clock(), outgoing_traceparent())
         await self._check_references(principal, [spec])
         task_id, duplicate = await service.submit(spec)
         if duplicate:
@@ -265,10 +273,11 @@ class Api:
             return pb.SubmitBatchResponse()
         service = self.current()
         now = self.clock()
+        traceparent = outgoing_traceparent()
         specs: list[TaskSpec] = []
         for index, message in enumerate(request.tasks):
             try:
-                specs.append(self._spec(principal, message, now))
+                specs.append(self._spec(principal, message, now, traceparent))
             except ApiError as err:
                 raise ApiError(err.code, f"task {index}: {err.message}", err.metadata) from None
         await self._check_references(principal, specs)

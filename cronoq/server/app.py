@@ -258,6 +258,10 @@ class ServerApp:
                 self.api.service = None
                 self.service = None
                 self.http.retire_connections(SHUTDOWN_LINGER_S)  # HTTP clients reconnect, as gRPC ones do
+                # Calls that arrived while this node led but were not started yet (a leader woken
+                # from a freeze finds many) start now and hear UNAVAILABLE, which callers retry; a
+                # listener stopped at once would cancel them (CANCELLED, which they do not retry).
+                await asyncio.sleep(SHUTDOWN_LINGER_S)
                 await _stop_server(server, SHUTDOWN_LINGER_S)
                 with contextlib.suppress(Exception):
                     await self.store.release_leadership()
