@@ -350,6 +350,10 @@ class PostgresStore:
     (the lock session is one more connection). ``retention`` is the default window of
     ``recover``. ``compact_after``: once commits appended this many status events, the leader
     folds the log into the task rows in the background (``prune`` folds whatever is left first).
+    Leadership: standbys try the lock every ``lock_poll``; the leader's lease lasts ``lease_ttl``
+    and is renewed every ``lease_renew`` (default: ``keepalive``, the older name of that interval),
+    which must be shorter; ``session_timeout`` bounds each leadership statement and sets the lock
+    session's TCP keepalives.
     """
 
     def __init__(
