@@ -33,10 +33,11 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextvars import ContextVar
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import grpc
 from cronoq.cluster.peers import Peer, PeerChannels
+from cronoq.cluster.topology import Topology, stale_placement
 from cronoq.config import Config, Role, ShardSection
 
 from cronoq.proto import console_pb2 as cpb
@@ -98,6 +99,7 @@ def _note_unavailable(names: Iterable[str]) -> None:
 
 
 _Answers = list[tuple[ShardSection, Any]]
+_R = TypeVar("_R")
 """Per shard that answered: the shard and its answer."""
 
 
@@ -158,8 +160,12 @@ class Router:
     """Routes every call of the API between this node's shard and its peers."""
 
     def __init__(self, config: Config, local: LocalApi, *,
-                 traceparent: Callable[[], str | None] | None = None) -> None:  # fmt: skip
+                 traceparent: Callable[[], str | None] | None = None,
+                 topology: Topology | None = None) -> None:  # fmt: skip
         self.config = config
+        # Where each pool is, at which version: learned forward from shards that refuse a call
+        # routed on an older placement (docs/pool-moves.md).
+        self.topology = topology if topology is not None else Topology.from_config(config)
         self.local = local
         self.limits = config.limits
         self.sharded = config.sharded and config.local_shard() is not None
@@ -199,9 +205,26 @@ class Router:
             raise RouteError(Status.NOT_FOUND, f"{where}unknown pool {pool!r}")
 
     def _shard_of_pool(self, pool: str) -> ShardSection:
-        shard = self.config.shard_of_pool(pool)
-        assert shard is not None
-        return shard
+        placement = self.topology.placement(pool)
+        assert placement is not None
+        return self.config.shard(placement.shard)
+
+    def _learned(self, exc: Exception) -> bool:
+        """Whether ``exc`` is a refusal of a call routed on an old placement that named a newer
+        one (now cached): the call is then worth one more try."""
+        if not isinstance(exc, RouteError) or exc.code is not Status.FAILED_PRECONDITION:
+            return False
+        found = stale_placement(exc.metadata)
+        return found is not None and self.topology.learn(*found)
+
+    async def _retrying(self, call: Callable[[], Awaitable[_R]]) -> _R:
+        """``call``, and once more if it was refused as routed on an old placement."""
+        try:
+            return await call()
+        except RouteError as exc:
+            if not self._learned(exc):
+                raise
+        return await call()
 
     def _peer_for(self, caller: Caller, shard: ShardSection, what: str) -> Peer | None:
         """Where a call about ``shard`` goes: None for this node, else the peer to forward to.
@@ -234,11 +257,13 @@ class Router:
         pool = self._resolved_pool(caller, spec)
         return self._peer_for(caller, self._shard_of_pool(pool), f"pool {pool!r}")
 
-    @staticmethod
-    def _concerns(caller: Caller, shard: ShardSection) -> bool:
+    def _pools_of(self, shard: ShardSection) -> tuple[str, ...]:
+        return self.topology.pools_of(shard.name)
+
+    def _concerns(self, caller: Caller, shard: ShardSection) -> bool:
         """Whether ``shard`` serves a pool the caller may see. A pool-scoped caller's reads skip
         the other shards: they could only answer "nothing", or name themselves as unavailable."""
-        return any(caller.sees(pool) for pool in shard.pools)
+        return any(caller.sees(pool) for pool in self._pools_of(shard))
 
     def _reachable(self, caller: Caller, shard: ShardSection) -> Peer | None:
         """For fan-out reads: the peer to ask, or None when it cannot be asked for this caller."""
@@ -323,6 +348,9 @@ class Router:
         if self._local_only(caller):
             return await self.local.submit(caller, request)
         caller.require(Role.CLIENT)
+        return await self._retrying(partial(self._submit, caller, request))
+
+    async def _submit(self, caller: Caller, request: pb.SubmitRequest) -> pb.SubmitResponse:
         peer = self._peer_for_spec(caller, request.task)
         if peer is None:
             return await self.local.submit(caller, request)
@@ -342,6 +370,9 @@ class Router:
         caller.require(Role.CLIENT)
         if len(request.tasks) > self.limits.max_tasks_per_batch:
             return await self.local.submit_batch(caller, request)  # reports the limit
+        return await self._retrying(partial(self._submit_batch, caller, request))
+
+    async def _submit_batch(self, caller: Caller, request: pb.SubmitBatchRequest) -> pb.SubmitBatchResponse:
         shard: ShardSection | None = None
         first = 0
         for index, task in enumerate(request.tasks):
@@ -516,11 +547,11 @@ class Router:
         limit = request.limit or 100
         limit = max(1, min(limit, self.limits.max_list))
         shards = [shard for shard in self._ordered
-                  if (any(pool in wanted for pool in shard.pools) if wanted
+                  if (any(pool in wanted for pool in self._pools_of(shard)) if wanted
                       else self._concerns(caller, shard))]  # fmt: skip
 
         async def ask(shard: ShardSection, after: int, remaining: int) -> pb.ListTasksResponse | None:
-            part = sub([pool for pool in shard.pools if pool in wanted], after, remaining)
+            part = sub([pool for pool in self._pools_of(shard) if pool in wanted], after, remaining)
             try:
                 answer: pb.ListTasksResponse = await self._ask(caller, shard, service, method, part,
                                                                partial(local, caller, part))  # fmt: skip
@@ -582,7 +613,7 @@ class Router:
         missing: list[str] = []
         try:
             for shard in self._ordered:
-                pools = [pool for pool in shard.pools if pool in wanted]
+                pools = [pool for pool in self._pools_of(shard) if pool in wanted]
                 ids = [task_id for task_id in request.ids if task_id >> SHARD_BITS == shard.number]
                 if (wanted and not pools) or (request.ids and not ids and not request.keys):
                     continue
@@ -681,6 +712,9 @@ class Router:
         if self._local_only(caller):
             return await self.local.add_recurring(caller, request)
         caller.require(Role.ADMIN)
+        return await self._retrying(partial(self._add_recurring, caller, request))
+
+    async def _add_recurring(self, caller: Caller, request: pb.RecurringRequest) -> pb.Empty:
         peer = self._peer_for_spec(caller, request.template)
         if peer is None:
             return await self.local.add_recurring(caller, request)

@@ -19,6 +19,7 @@ from functools import wraps
 from typing import ParamSpec, TypeVar
 
 from cronoq import __version__
+from cronoq.cluster.topology import POOL_KEY, VERSION_KEY, Topology
 from cronoq.config import Config, Role
 from cronoq.engine import Core, Snapshot, TaskInfo, TaskRef, TaskSpec, TaskStatus
 from cronoq.engine.cron import CronSchedule
@@ -71,8 +72,11 @@ def _api_errors(method: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
 
 
 class Api:
-    def __init__(self, config: Config, *, clock: Callable[[], int] = time.time_ns) -> None:
+    def __init__(self, config: Config, *, clock: Callable[[], int] = time.time_ns,
+                 topology: Topology | None = None) -> None:  # fmt: skip
         self.config = config
+        # The placements this server was built from (its shard's durable record, or the file).
+        self.topology = topology if topology is not None else Topology.from_config(config)
         self.limits = config.limits
         self.clock = clock
         self._service: ShardService | None = None
@@ -124,10 +128,15 @@ class Api:
         if pool not in self._pool_set:
             shard = self.config.shard_of_pool(pool)
             assert shard is not None
+            metadata = [("cronoq-shard", shard.name), ("cronoq-shard-endpoint", shard.endpoint)]
+            placement = self.topology.placement(pool)
+            if placement is not None and placement.shard == shard.name:
+                # Names the placement's version, so a node routing on an older one learns it.
+                metadata += [(POOL_KEY, pool), (VERSION_KEY, str(placement.version))]
             raise ApiError(
                 Code.FAILED_PRECONDITION,
                 f"pool {pool!r} is served by shard {shard.name!r} at {shard.endpoint}",
-                (("cronoq-shard", shard.name), ("cronoq-shard-endpoint", shard.endpoint)),
+                tuple(metadata),
             )
 
     def resolve_pool(self, principal: Principal, requested: str | None) -> str:

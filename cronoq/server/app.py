@@ -24,6 +24,7 @@ from typing import Any
 
 import grpc
 
+from cronoq.cluster.topology import Topology
 from cronoq.config import (
     Config,
     MemoryStoreConfig,
@@ -124,11 +125,15 @@ def _keep_finished_s(config: Config) -> float | None:
 
 class ServerApp:
     def __init__(self, config: Config, *, on_listening: Callable[[Listening], None] | None = None,
-                 store: Store | None = None) -> None:  # fmt: skip
+                 store: Store | None = None, topology: Topology | None = None) -> None:  # fmt: skip
+        """``config`` as placed by ``topology`` (see ``placements.adopt_placements``); without one,
+        the file's placements."""
         self.config = config
-        self.api = Api(config)
+        self.api = Api(config, topology=topology)
         # Forwarded calls carry the caller's trace context when OpenTelemetry is on.
-        self.router = Router(config, self.api, traceparent=telemetry.outgoing_traceparent)
+        # The router's copy of the placements learns from refusals; the API's is the record's.
+        self.router = Router(config, self.api, traceparent=telemetry.outgoing_traceparent,
+                             topology=None if topology is None else topology.copy())  # fmt: skip
         self.authenticator = Authenticator(config.auth)
         self.store = store if store is not None else make_store(config)
         self.on_listening = on_listening
