@@ -1,0 +1,154 @@
+"""Pool placements as durable, versioned data, against three real ``cronoq-server`` processes on
+SQLite files: a shard's record wins over the file (and the server says what differs), a shard
+refuses a pool it no longer serves naming the placement's version, and a node routing on the old
+placement learns the new one from that refusal and retries once."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from cronoq.stores.placements import advance_placement
+from cronoq.stores.sqlite import SqliteStore
+
+from cronoq.client import Lease, Worker
+from cronoq.proto import cronoq_pb2 as pb
+from cronoq.proto import cronoq_pb2_grpc as pbg
+from tests.federation.conftest import Node, free_port
+from tests.server.harness import ADMIN_TOKEN, CLIENT_TOKEN, TOKENS_TOML, WORKER_TOKEN
+
+SHARD_BITS = 56
+CLIENT = (("authorization", f"Bearer {CLIENT_TOKEN}"),)
+ADMIN = (("authorization", f"Bearer {ADMIN_TOKEN}"),)
+SHARDS = ("s1", "s2", "s3")
+
+
+def config(directory: Path, ports: dict[str, int]) -> str:
+    shards = "".join(
+        f'[[shards]]\nname = "{name}"\nnumber = {number}\npools = [{pools}]\n'
+        f'endpoint = "http://127.0.0.1:{ports[name]}"\n\n'
+        for number, (name, pools) in enumerate(
+            zip(SHARDS, ('"default", "other"', '"p2", "p4"', '"p3"'), strict=True), start=1
+        )
+    )
+    return f"""
+[server]
+grpc_addr = "127.0.0.1:{{port}}"
+http_addr = "127.0.0.1:{{http_port}}"
+shutdown_grace_s = 1
+
+[store]
+kind = "sqlite"
+path = "{directory}/{{shard}}.db"
+
+{TOKENS_TOML}
+[[pools]]
+name = "default"
+
+[[pools]]
+name = "p2"
+
+[[pools]]
+name = "p3"
+
+[[pools]]
+name = "other"
+
+[[pools]]
+name = "p4"
+
+{shards}"""
+
+
+@pytest.fixture
+def nodes(tmp_path: Path) -> Iterator[dict[str, Node]]:
+    """s1 serves ``default`` (and ``other``, which the harness's scoped tokens name), s2 ``p2`` and ``p4``, s3 ``p3`` by
+    the file; then p2's placement is moved to s1
+    (version 2) in the records of s1 and s2, as a finished move leaves them, and those two are
+    restarted. s3 was not told: its record still has the file's placement."""
+    ports = {name: free_port() for name in SHARDS}
+    text = config(tmp_path, ports)
+    started = {name: Node(tmp_path, text, name, ports[name], free_port(), name) for name in SHARDS}
+    try:
+        for node in started.values():
+            node.start()
+        for name in ("s1", "s2"):
+            started[name].stop()
+            assert asyncio.run(advance_placement(SqliteStore(tmp_path / f"{name}.db"), "p2", "s1", 2))
+            started[name].start()
+        yield started
+    finally:
+        for node in started.values():
+            node.kill()
+
+
+@pytest.fixture
+async def s3(nodes: dict[str, Node]) -> AsyncIterator[pbg.TasksStub]:
+    async with grpc.aio.insecure_channel(nodes["s3"].address) as channel:
+        yield pbg.TasksStub(channel)
+
+
+async def echo(lease: Lease) -> bytes:
+    return b"done:" + lease.payload
+
+
+async def test_the_record_wins_over_the_file_and_the_server_names_the_difference(nodes: dict[str, Node]) -> None:
+    expected = "pool 'p2': the file places it on shard 's2', the durable record (version 2) on shard 's1'"
+    assert expected in nodes["s1"].stderr()
+    assert expected in nodes["s2"].stderr()
+    assert "the durable record" not in nodes["s3"].stderr()  # its record agrees with the file
+
+
+async def test_a_shard_refuses_a_pool_it_gave_away_naming_the_new_placement(nodes: dict[str, Node]) -> None:
+    async with grpc.aio.insecure_channel(nodes["s2"].address) as channel:
+        call = pbg.TasksStub(channel).Submit(
+            pb.SubmitRequest(task=pb.TaskSpec(pool="p2", payload=b"x")),
+            metadata=(*CLIENT, ("cronoq-forwarded", "1")),  # answer here, as a forwarded call is
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await call
+    assert refused.value.code() is grpc.StatusCode.FAILED_PRECONDITION
+    trailers = dict(refused.value.trailing_metadata() or ())
+    assert trailers["cronoq-shard"] == "s1"
+    assert trailers["cronoq-pool"] == "p2"
+    assert trailers["cronoq-topology-version"] == "2"
+
+
+async def test_a_node_on_the_old_placement_learns_the_new_one_and_the_task_runs_there(
+    nodes: dict[str, Node], s3: pbg.TasksStub
+) -> None:
+    # s3 routes p2 to s2 by the file; s2 refuses naming s1 at version 2; s3 retries at s1.
+    first = await s3.Submit(pb.SubmitRequest(task=pb.TaskSpec(pool="p2", payload=b"one")), metadata=CLIENT)
+    assert first.id >> SHARD_BITS == 1
+    # A batch and a schedule take the learned placement too, and a listing of the pool reads s1.
+    batch = await s3.SubmitBatch(
+        pb.SubmitBatchRequest(tasks=[pb.TaskSpec(pool="p2", payload=b"two"), pb.TaskSpec(pool="p2", payload=b"3")]),
+        metadata=CLIENT,
+    )
+    assert [task_id >> SHARD_BITS for task_id in (task.id for task in batch.tasks)] == [1, 1]
+    listed = await s3.ListTasks(pb.ListTasksRequest(pools=["p2"]), metadata=CLIENT)
+    assert sorted(task.id for task in listed.tasks) == sorted([first.id, *(task.id for task in batch.tasks)])
+    # s1's engine runs p2: a worker of p2 on s1 completes the task.
+    worker = Worker(nodes["s1"].address, "p2", echo, slots=2, token=WORKER_TOKEN, backoff=(0.05, 0.5))
+    running = asyncio.ensure_future(worker.run())
+    try:
+        result = await s3.Wait(pb.WaitRequest(task=pb.TaskRef(id=first.id), timeout_s=20), metadata=CLIENT)
+    finally:
+        await worker.stop(grace=0)
+        running.cancel()
+    assert result.status == pb.TASK_STATUS_SUCCEEDED
+    assert result.output == b"done:one"
+
+
+async def test_schedules_follow_the_learned_placement(nodes: dict[str, Node]) -> None:
+    async with grpc.aio.insecure_channel(nodes["s3"].address) as channel:
+        admin = pbg.AdminStub(channel)
+        request = pb.RecurringRequest(name="p2-nightly", cron="0 3 * * *", template=pb.TaskSpec(pool="p2"))
+        await admin.AddRecurring(request, metadata=ADMIN)
+    async with grpc.aio.insecure_channel(nodes["s1"].address) as channel:
+        # s1's own schedules (a forwarded call is answered by its shard alone).
+        listed = await pbg.AdminStub(channel).ListRecurring(pb.Empty(), metadata=(*ADMIN, ("cronoq-forwarded", "1")))
+    assert [schedule.name for schedule in listed.schedules] == ["p2-nightly"]
