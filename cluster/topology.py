@@ -67,11 +67,13 @@ def stale_placement(metadata: Iterable[tuple[str, object]]) -> tuple[str, Placem
 class Topology:
     """One node's view of the placements: changed only by ``learn`` (newer versions win)."""
 
-    __slots__ = ("_placements", "_shards")
+    __slots__ = ("_placements", "_shards", "differences")
 
     def __init__(self, placements: Mapping[str, Placement], shards: Iterable[str]) -> None:
         self._shards = frozenset(shards)
         self._placements = dict(placements)
+        self.differences: dict[str, str] = {}
+        """Per pool, how the record this topology was adopted from differs from the file."""
 
     @classmethod
     def from_config(cls, config: Config) -> Topology:
@@ -87,28 +89,30 @@ class Topology:
         cannot be used (an unknown shard or pool: reported, the file's placement kept)."""
         file = cls.from_config(config)
         placements = dict(file._placements)
-        notes: list[str] = []
+        notes: dict[str, str] = {}
         for pool in sorted(record):
             shard, version = record[pool]
             if pool not in placements:
-                notes.append(
+                notes[pool] = (
                     f"pool {pool!r}: the durable record (version {version}) places it on shard {shard!r}, "
                     f"but the file has no such pool; ignored"
                 )
                 continue
             if shard not in file._shards:
-                notes.append(
+                notes[pool] = (
                     f"pool {pool!r}: the durable record (version {version}) places it on shard {shard!r}, "
                     f"which the file does not define; the file's shard {placements[pool].shard!r} is used"
                 )
                 continue
             if shard != placements[pool].shard:
-                notes.append(
+                notes[pool] = (
                     f"pool {pool!r}: the file places it on shard {placements[pool].shard!r}, the durable "
                     f"record (version {version}) on shard {shard!r}; the record wins"
                 )
             placements[pool] = Placement(shard, version)
-        return cls(placements, file._shards), notes
+        topology = cls(placements, file._shards)
+        topology.differences = notes
+        return topology, list(notes.values())
 
     def copy(self) -> Topology:
         return Topology(self._placements, self._shards)

@@ -157,6 +157,11 @@ def build() -> argparse.ArgumentParser:
 
     command("snapshot", "pools, waits, utilization and totals")
 
+    admin = commands.add_parser("admin", help="operate a sharded cluster", allow_abbrev=False)
+    admin_commands = admin.add_subparsers(dest="admin_command", metavar="ACTION", required=True)
+    command("topology", "where each shard's durable record places every pool, at which version, and where "
+            "shards or files disagree (metrics role)", admin_commands)  # fmt: skip
+
     watch = command("watch", "print task events until Ctrl-C (terminal ones unless --all)")
     watch.add_argument("--pool", action="append", metavar="POOL", help="only these pools (repeatable, or a,b)")
     watch.add_argument("--all", action="store_true", help="every transition, not only how tasks ended")

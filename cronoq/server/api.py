@@ -477,6 +477,12 @@ class Api:
                              pools=principal.visible(self.pools))  # fmt: skip
         if local is not None:
             info.name, info.number, info.endpoint = local.name, local.number, local.endpoint
+            for pool, placement in sorted(self.topology.placements().items()):
+                if principal.sees(pool):
+                    info.placements.add(pool=pool, shard=placement.shard, version=placement.version)
+                    info.topology_version = max(info.topology_version, placement.version)
+            info.topology_differences.extend(note for pool, note in sorted(self.topology.differences.items())
+                                             if principal.sees(pool))  # fmt: skip
         return cpb.ListShardsResponse(shards=[info])
 
     @_api_errors

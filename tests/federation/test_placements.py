@@ -17,8 +17,16 @@ from cronoq.stores.sqlite import SqliteStore
 from cronoq.client import Lease, Worker
 from cronoq.proto import cronoq_pb2 as pb
 from cronoq.proto import cronoq_pb2_grpc as pbg
+from tests.cli.conftest import Cli
 from tests.federation.conftest import Node, free_port
-from tests.server.harness import ADMIN_TOKEN, CLIENT_TOKEN, TOKENS_TOML, WORKER_TOKEN
+from tests.server.harness import (
+    ADMIN_TOKEN,
+    CLIENT_TOKEN,
+    METRICS_TOKEN,
+    SCOPED_METRICS_TOKEN,
+    TOKENS_TOML,
+    WORKER_TOKEN,
+)
 
 SHARD_BITS = 56
 CLIENT = (("authorization", f"Bearer {CLIENT_TOKEN}"),)
@@ -152,3 +160,32 @@ async def test_schedules_follow_the_learned_placement(nodes: dict[str, Node]) ->
         # s1's own schedules (a forwarded call is answered by its shard alone).
         listed = await pbg.AdminStub(channel).ListRecurring(pb.Empty(), metadata=(*ADMIN, ("cronoq-forwarded", "1")))
     assert [schedule.name for schedule in listed.schedules] == ["p2-nightly"]
+
+
+def test_admin_topology_shows_each_record_and_where_they_disagree(nodes: dict[str, Node]) -> None:
+    cli = Cli(nodes["s3"].address)
+    text = cli.ok("admin", "topology", token=METRICS_TOKEN)
+    assert "s1  topology version 2  serves: default@1, other@1, p2@2" in text
+    assert "s2  topology version 2  serves: p4@1" in text
+    assert "s3  topology version 1  serves: p3@1" in text
+    assert (
+        "file differs: pool 'p2': the file places it on shard 's2', the durable record (version 2) on shard 's1'"
+        in text
+    )
+    assert (
+        "disagreement: pool p2: s1 and s2 place it on s1 (version 2); s3 place it on s2 (version 1) "
+        "(the highest version is the newest)" in text
+    )
+    answer = cli.json("admin", "topology", token=METRICS_TOKEN)
+    by_name = {shard["name"]: shard for shard in answer["shards"]}
+    assert {"pool": "p2", "shard": "s1", "version": "2"} in by_name["s2"]["placements"]
+    assert by_name["s3"]["topology_differences"] == []
+    assert len(answer["disagreements"]) == 1
+
+
+def test_a_pool_scoped_caller_sees_only_its_pools_placements(nodes: dict[str, Node]) -> None:
+    answer = Cli(nodes["s3"].address).json("admin", "topology", token=SCOPED_METRICS_TOKEN)
+    pools = {placed["pool"] for shard in answer["shards"] for placed in shard["placements"]}
+    assert pools == {"other"}
+    assert all(not shard["topology_differences"] for shard in answer["shards"])  # they are about p2
+    assert answer["disagreements"] == []

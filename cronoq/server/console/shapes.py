@@ -110,6 +110,12 @@ def shards_json(m: cpb.ListShardsResponse) -> dict[str, Any]:
             "leading_since_unix_ns": ns_text(shard.leading_since_unix_ns),
             "version": shard.version,
             "store": shard.store,
+            "topology_version": str(shard.topology_version),
+            "placements": [
+                {"pool": placed.pool, "shard": placed.shard, "version": str(placed.version)}
+                for placed in shard.placements
+            ],
+            "topology_differences": list(shard.topology_differences),
         }
         for shard in m.shards
     ]
