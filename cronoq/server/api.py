@@ -91,6 +91,13 @@ class Api:
         # Commit failures of every leadership of this process (the drivers count into it).
         self.store_trouble = StoreTrouble()
 
+    def adopt(self, config: Config, topology: Topology) -> None:
+        """Serve the pools ``config`` gives this shard (as its durable placements place them)."""
+        self.config = config
+        self.topology = topology
+        self.pools = tuple(pool.name for pool in config.local_pools())
+        self._pool_set = frozenset(self.pools)
+
     # ------------------------------------------------------------------------------- helpers
 
     @property

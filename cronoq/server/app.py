@@ -24,7 +24,6 @@ from typing import Any
 
 import grpc
 
-from cronoq.cluster.topology import Topology
 from cronoq.config import (
     Config,
     MemoryStoreConfig,
@@ -33,6 +32,7 @@ from cronoq.config import (
     WebhookScaler,
     parse_socket_addr,
 )
+from cronoq.engine import CoreConfig
 from cronoq.router import Router
 from cronoq.shard.blob import BlobCodec
 from cronoq.shard.driver import DriverOptions
@@ -47,6 +47,7 @@ from .forward import ForwardService
 from .grpc_service import SHUTDOWN_LINGER_S, GrpcServices, server_options
 from .grpc_web import GrpcWebFront
 from .http import HttpGateway, ListenError, start_http
+from .placements import keeps_placements, placed_config
 from .unary import UnaryRunner
 
 __all__ = ["BindError", "ServerApp", "make_store"]
@@ -125,15 +126,14 @@ def _keep_finished_s(config: Config) -> float | None:
 
 class ServerApp:
     def __init__(self, config: Config, *, on_listening: Callable[[Listening], None] | None = None,
-                 store: Store | None = None, topology: Topology | None = None) -> None:  # fmt: skip
-        """``config`` as placed by ``topology`` (see ``placements.adopt_placements``); without one,
-        the file's placements."""
+                 store: Store | None = None) -> None:  # fmt: skip
         self.config = config
-        self.api = Api(config, topology=topology)
+        self.file_config = config
+        """The configuration as read; ``config`` is it with the pools the shard's durable placements
+        give it, read again at each leadership (``_configure``)."""
+        self.api = Api(config)
         # Forwarded calls carry the caller's trace context when OpenTelemetry is on.
-        # The router's copy of the placements learns from refusals; the API's is the record's.
-        self.router = Router(config, self.api, traceparent=telemetry.outgoing_traceparent,
-                             topology=None if topology is None else topology.copy())  # fmt: skip
+        self.router = Router(config, self.api, traceparent=telemetry.outgoing_traceparent)
         self.authenticator = Authenticator(config.auth)
         self.store = store if store is not None else make_store(config)
         self.on_listening = on_listening
@@ -271,7 +271,8 @@ class ServerApp:
                 output_cache_entries=self.config.outputs.cache_entries,
                 output_cache_bytes=self.config.outputs.cache_bytes,
                 max_slots_per_worker=self.config.limits.max_slots_per_worker,
-                driver=DriverOptions(keep_finished_s=_keep_finished_s(self.config), trouble=self.api.store_trouble),
+                driver=DriverOptions(keep_finished_s=_keep_finished_s(self.config), trouble=self.api.store_trouble,
+                                     configure=self._configure if keeps_placements(self.config) else None),
             )
             service = telemetry.shard_service_type()(self._core_config, store=self.store, options=options)
             service.on_scale = self._scaler.scale
@@ -299,6 +300,17 @@ class ServerApp:
                 await asyncio.wait_for(self._stop.wait(), delay)
             delay = min(delay * 2, 10.0)
         return None
+
+    async def _configure(self, epoch: int) -> CoreConfig:
+        """Once leading, before recovery: the shard's pools from its durable placements, for the
+        engine, the API and the router (docs/pool-moves.md)."""
+        placed, topology = await placed_config(self.file_config, self.store)
+        self.config = placed
+        self.api.adopt(placed, topology)
+        for pool, placement in topology.placements().items():
+            self.router.topology.learn(pool, placement)
+        self._core_config = core_config(placed)
+        return self._core_config
 
     async def _lead(self, service: ShardService) -> bool:
         """Serve as the leader until stop() (False) or leadership is lost (True)."""

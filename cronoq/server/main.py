@@ -133,17 +133,9 @@ async def _serve(config: Config) -> int:
         word = "listening" if listening.role == "leader" else "standby"
         print_line(f"cronoq-server {word} grpc={listening.grpc}")
 
-    from cronoq.stores.base import StoreError
-
-    from .app import make_store
-    from .placements import adopt_placements
-
     try:
-        store = make_store(config)
-        # The shard's durable placements win over the file's (docs/pool-moves.md).
-        config, topology, _ = await adopt_placements(config, store)
-        app = ServerApp(config, on_listening=announce, store=store, topology=topology)
-    except (OSError, ValueError, StoreError) as exc:
+        app = ServerApp(config, on_listening=announce)
+    except (OSError, ValueError) as exc:
         log.error("cannot start: %s", exc)
         return 1
     loop = asyncio.get_running_loop()
