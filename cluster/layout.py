@@ -91,6 +91,9 @@ class ClusterOptions:
     HTTP endpoint (127.0.0.1 and localhost)."""
     console: bool = False
     """Serve the web console (``[server.console]``) at ``/ui/`` of every server's HTTP listener."""
+    store_settings: Mapping[str, int | float] = field(default_factory=dict)
+    """Extra ``[store]`` keys (e.g. a short ``lease_ttl_s`` for failover tests), written as given
+    (the server validates them)."""
 
     def validate(self) -> None:
         problems = []
@@ -180,6 +183,7 @@ def render_config(options: ClusterOptions, shards: Sequence[ShardPlan], *, state
         lines += ['kind = "sqlite"', f"path = {_toml_str(str(state_dir / '{shard}.db'))}"]
     else:
         lines += ['kind = "postgres"', f'url_env = "{URL_ENV}"', f'schema = "{options.schema_prefix}{{shard}}"']
+    lines += [f"{key} = {_toml_value(value)}" for key, value in sorted(options.store_settings.items())]
     lines.append("")
     if options.console:
         lines += ["[server.console]", "enabled = true", ""]

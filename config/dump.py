@@ -133,13 +133,27 @@ def _token(index: int, token: TokenSpec) -> list[tuple[str, Value | None]]:
     return [("token_env", token.env), *_grant(token)]
 
 
+def _lease(store: SqliteStoreConfig | PostgresStoreConfig) -> list[tuple[str, Value | None]]:
+    return [
+        ("lease_ttl_s", store.lease_ttl_s),
+        ("lease_renew_s", store.lease_renew_s),
+        ("lock_poll_s", store.lock_poll_s),
+    ]
+
+
 def _store(config: Config) -> list[tuple[str, Value | None]]:
     store = config.store
     if isinstance(store, SqliteStoreConfig):
-        return [("kind", store.kind), ("path", store.path), ("keep_finished_s", store.keep_finished_s)]
+        return [("kind", store.kind), ("path", store.path), ("keep_finished_s", store.keep_finished_s), *_lease(store)]
     if isinstance(store, PostgresStoreConfig):
         source: tuple[str, Value | None] = ("url_env", store.url_env) if store.url_env else ("url", store.url)
-        return [("kind", store.kind), source, ("keep_finished_s", store.keep_finished_s), ("schema", store.schema)]
+        return [
+            ("kind", store.kind),
+            source,
+            ("keep_finished_s", store.keep_finished_s),
+            ("schema", store.schema),
+            *_lease(store),
+        ]
     return [("kind", store.kind)]
 
 

@@ -305,9 +305,13 @@ class _Reader:
         if kind == "memory":
             store = MemoryStoreConfig()
         elif kind == "sqlite":
+            base = SqliteStoreConfig(path="")
             store = SqliteStoreConfig(
                 path=t.req_str("path", "the database file"),
                 keep_finished_s=t.num_or("keep_finished_s", SEVEN_DAYS_S),
+                lease_ttl_s=t.num_or("lease_ttl_s", base.lease_ttl_s),
+                lease_renew_s=t.num_or("lease_renew_s", base.lease_renew_s),
+                lock_poll_s=t.num_or("lock_poll_s", base.lock_poll_s),
             )
         elif kind == "postgres":
             store = self._postgres(t)
@@ -334,7 +338,16 @@ class _Reader:
                 url_env = DEFAULT_URL_ENV
                 what += f"; store.url_env defaults to {DEFAULT_URL_ENV}, or write store.url"
             url = self._secret(t, "url_env", url_env, what)
-        return PostgresStoreConfig(url=url, url_env=url_env, keep_finished_s=keep, schema=schema)
+        base = PostgresStoreConfig()
+        return PostgresStoreConfig(
+            url=url,
+            url_env=url_env,
+            keep_finished_s=keep,
+            schema=schema,
+            lease_ttl_s=t.num_or("lease_ttl_s", base.lease_ttl_s),
+            lease_renew_s=t.num_or("lease_renew_s", base.lease_renew_s),
+            lock_poll_s=t.num_or("lock_poll_s", base.lock_poll_s),
+        )
 
     # [limits], [outputs]
 

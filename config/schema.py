@@ -140,6 +140,12 @@ class SqliteStoreConfig:
     """Database file, created if missing. With ``[[shards]]`` it must contain ``{shard}``."""
     keep_finished_s: float = SEVEN_DAYS_S
     """Finished tasks are deleted this long after they end."""
+    lease_ttl_s: float = 10.0
+    """The leader's lease lasts this long without renewal (a frozen leader is replaced after it)."""
+    lease_renew_s: float = 2.0
+    """The leader renews its lease this often (shorter than ``lease_ttl_s``)."""
+    lock_poll_s: float = 0.5
+    """Standbys look for a free or expired lease this often."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +161,13 @@ class PostgresStoreConfig:
     keep_finished_s: float = SEVEN_DAYS_S
     schema: str | None = None
     """Schema holding the tables. ``None`` means ``public``, or ``cronoq_{shard}`` with shards."""
+    lease_ttl_s: float = 8.0
+    """The leader's lease beside the advisory lock lasts this long without renewal, by the
+    database's clock; a standby then ends a frozen leader's sessions and takes over (chosen)."""
+    lease_renew_s: float = 1.0
+    """The leader renews its lease (and checks its lock session) this often (chosen)."""
+    lock_poll_s: float = 0.5
+    """Standbys try the leader lock this often."""
 
 
 StoreConfig = MemoryStoreConfig | SqliteStoreConfig | PostgresStoreConfig

@@ -304,6 +304,8 @@ class _Checker:
 
     def store(self, config: Config) -> None:
         store = config.store
+        if isinstance(store, SqliteStoreConfig | PostgresStoreConfig):
+            self.lease(store)
         if isinstance(store, SqliteStoreConfig):
             self.duration("store.keep_finished_s", store.keep_finished_s)
             self.text("store.path", store.path, "the database path")
@@ -327,6 +329,13 @@ class _Checker:
                         f"schema {schema!r}{for_shard} is not a valid schema name: use 1 to 63 letters, "
                         "digits or underscores",
                     )
+
+    def lease(self, store: SqliteStoreConfig | PostgresStoreConfig) -> None:
+        self.duration("store.lease_ttl_s", store.lease_ttl_s, positive=True)
+        self.duration("store.lease_renew_s", store.lease_renew_s, positive=True)
+        self.duration("store.lock_poll_s", store.lock_poll_s, positive=True)
+        if store.lease_renew_s >= store.lease_ttl_s > 0:
+            self.add("store.lease_renew_s", f"must be shorter than store.lease_ttl_s ({store.lease_ttl_s:g} s)")
 
     def namespace(self, config: Config, path: str, value: str, what: str) -> None:
         if config.shards and SHARD_PLACEHOLDER not in value:

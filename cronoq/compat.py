@@ -26,7 +26,7 @@ from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from ._options import AutoscaleConfig, Pool, build_spec
+from ._options import AutoscaleConfig, Pool, TaskOptions, build_spec
 from ._options import Task as NativeTask
 from ._scheduler import Scheduler, TaskContext
 from .errors import SubmitError
@@ -452,8 +452,8 @@ class ElasticPriorityScheduler:
             else:
                 del self._keys[task_id]
 
-    def _spec_options(self, task: Task, key: str, after: list[str]) -> dict[str, Any]:
-        options: dict[str, Any] = {
+    def _spec_options(self, task: Task, key: str, after: list[str]) -> TaskOptions:
+        options: TaskOptions = {
             "pool": POOL_NAME,
             "key": key,
             "priority": int(task.priority),
@@ -468,7 +468,7 @@ class ElasticPriorityScheduler:
             options["after"] = after
         return options
 
-    def _native_options(self, task_id: str) -> dict[str, Any]:
+    def _native_options(self, task_id: str) -> TaskOptions:
         """Engine options for the pending run of ``task_id``, without edges already satisfied."""
         task = self._pending[task_id]
         after = [key for key in self._after.get(task_id, ()) if key not in self._done_keys]
@@ -496,9 +496,7 @@ class ElasticPriorityScheduler:
         )
         return Scheduler([pool], shutdown_grace=SHUTDOWN_GRACE)
 
-    async def _admit_queued(
-        self, scheduler: Scheduler, queued: list[tuple[str, dict[str, Any]]]
-    ) -> list[tuple[str, str]]:
+    async def _admit_queued(self, scheduler: Scheduler, queued: list[tuple[str, TaskOptions]]) -> list[tuple[str, str]]:
         """Hand the queued tasks to the engine: as one batch, else one by one. Returns refusals.
 
         A batch is admitted in one engine step, so dispatch already sees every queued task and

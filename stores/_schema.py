@@ -23,6 +23,9 @@ Version history:
    trigger on its status updates; Postgres when it folds the event log into the task rows (each
    logged status row becomes one). Deleting a task row deletes its transitions (a trigger).
 5. ``paused`` on recurring schedules (an admin paused it: it creates no occurrence until resumed).
+6. Postgres: the leader lease ``cronoq_lease`` beside the advisory lock (epoch, holder, the tag in
+   its sessions' ``application_name``, expiry by the database's clock; see ``_pg_lease``).
+   SQLite: no change (its lease row has been there since version 1).
 
 In Postgres statements ``{s}`` stands for the quoted schema name.
 """
@@ -143,6 +146,7 @@ SQLITE_MIGRATIONS: Final[tuple[Migration, ...]] = (
         "paused recurring schedules",
         ("ALTER TABLE cronoq_recurring ADD COLUMN paused INTEGER NOT NULL DEFAULT 0",),
     ),
+    Migration("leader lease beside the advisory lock (Postgres only; SQLite has had one since version 1)", ()),
 )
 
 PG_VERSION_TABLE_DDL: Final = (
@@ -265,6 +269,20 @@ PG_MIGRATIONS: Final[tuple[Migration, ...]] = (
     Migration(
         "paused recurring schedules",
         ("ALTER TABLE {s}.cronoq_recurring ADD COLUMN paused boolean NOT NULL DEFAULT false",),
+    ),
+    Migration(
+        "leader lease beside the advisory lock",
+        (
+            # Renewed by the leader over its lock session; a standby that finds the lock held and
+            # this row expired ends the holder's sessions (found by tag) and takes over.
+            """CREATE TABLE {s}.cronoq_lease (
+                id smallint PRIMARY KEY CHECK (id = 1),
+                epoch bigint NOT NULL,
+                holder text NOT NULL,
+                tag text NOT NULL,
+                expires_at timestamptz NOT NULL
+            )""",
+        ),
     ),
 )
 

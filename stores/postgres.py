@@ -1,16 +1,20 @@
 """``PostgresStore``: durable state in one Postgres schema, on asyncpg.
 
 Leadership: a session-level ``pg_try_advisory_lock`` on a dedicated connection (the lock
-session), tried every ``lock_poll``. The key is derived from the schema name, so every instance
-configured with the same schema competes for the same lock, and different schemas are
-independent clusters. On success the epoch in ``cronoq_leader`` is incremented. The leader reads
-the epoch back over its lock session every ``keepalive``. A session that fails (a database restart,
-a broken connection) is replaced: the leader takes the lock back on a new session if it is still
-free and the epoch is still its own, so a short outage costs no failover. Leadership is lost
-(``lost`` is set) when that does not succeed within ``session_timeout`` of the last good check,
-when another instance holds the lock, or when the epoch moved on. The lock session also asks
-the server for TCP keepalives derived from ``session_timeout``, so the server drops the session
-(and its lock) of a leader that vanished.
+session), tried every ``lock_poll``, plus a lease row (``cronoq_lease``) that the leader renews
+over that session every ``lease_renew`` and that lasts ``lease_ttl`` by the database's clock (see
+``_pg_lease``; the loop, expiry and step-down are ``_lease.LeaseKeeper``'s, shared with SQLite).
+The lock key is derived from the schema name, so every instance configured with the same schema
+competes for the same lock, and different schemas are independent clusters. On success the epoch
+in ``cronoq_leader`` is incremented. A lock session that fails (a database restart, a broken
+connection) is replaced: the leader takes the lock back on a new session if it is still free and
+its lease is still its own, so a short outage costs no failover. Leadership is lost (``lost`` is
+set) when the lease cannot be renewed before it runs out (on this process's clock, which errs on
+the early side), when another instance holds the lock, or when the lease moved on. A standby
+that finds the lock held but the lease expired (a frozen leader, whose sessions the kernel keeps
+alive) ends the holder's sessions and takes over. The lock session also asks the server for TCP
+keepalives derived from ``session_timeout``, so the server drops the session (and its lock) of a
+leader that vanished.
 
 Commits: a step travels as ONE SQL statement (one round trip, atomic on its own). Its first
 common table expression locks the leader row ``FOR SHARE`` where the epoch still equals the
@@ -56,6 +60,8 @@ from . import _pg_events as E
 from . import _rows as R
 from . import _schema as S
 from . import history as H
+from ._lease import LeaseKeeper
+from ._pg_lease import PgLease
 from ._prepared import PreparedSteps
 from .base import (
     DEFAULT_CODEC,
@@ -204,6 +210,12 @@ async def _check_shard(conn: Any, schema: str, shard: str | None) -> None:
             await conn.execute(f"UPDATE {s}.cronoq_shard SET shard = $1 WHERE id = 1", shard)
 
 
+def fence_sql(s: str) -> str:
+    """The leader row if epoch ``$1`` held by ``$2`` still leads, locked ``FOR SHARE``: a new
+    leader's epoch increment waits for the transaction that read it, and then it finds nothing."""
+    return f"SELECT epoch FROM {s}.cronoq_leader WHERE id = 1 AND epoch = $1 AND holder = $2 FOR SHARE"
+
+
 _rows_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
@@ -273,7 +285,7 @@ class _CommitSql:
             sql = self._cache[shape] = self._text(shape)
         return sql
 
-    def build(self, epoch: int, step: _EncodedStep, seq: int) -> tuple[str, list[Any], tuple[bool, ...]]:
+    def build(self, epoch: int, holder: str, step: _EncodedStep, seq: int) -> tuple[str, list[Any], tuple[bool, ...]]:
         batch, task_rows, status_text = step
         shape = (
             task_rows is not None,
@@ -283,7 +295,7 @@ class _CommitSql:
             batch.max_id is not None,
             False,  # upsert task rows
         )
-        args: list[Any] = [epoch]
+        args: list[Any] = [epoch, holder]
         if task_rows is not None:
             args.append(task_rows)
         if status_text is not None:
@@ -300,7 +312,7 @@ class _CommitSql:
     def _text(self, shape: tuple[bool, ...]) -> str:
         s = self.s
         has_tasks, has_statuses, has_recurring, has_deleted, has_high, upsert = shape
-        n = 1  # $1 is the epoch
+        n = 2  # $1 is the epoch, $2 the holder
         guard = "EXISTS (SELECT 1 FROM fence)"
 
         def params(types: Sequence[str]) -> str:
@@ -309,7 +321,7 @@ class _CommitSql:
             n += len(types)
             return out
 
-        parts = [f"fence AS (SELECT epoch FROM {s}.cronoq_leader WHERE id = 1 AND epoch = $1 FOR SHARE)"]
+        parts = [f"fence AS ({fence_sql(s)})"]
         if has_tasks:
             n += 1
             sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in R.TASK_COLUMNS if c != "id")
@@ -364,6 +376,8 @@ class PostgresStore:
         lock_poll: float = 0.5,
         keepalive: float = 1.0,
         session_timeout: float = 10.0,
+        lease_ttl: float = 8.0,
+        lease_renew: float | None = None,
         commit_timeout: float = 30.0,
         retention: float = 3600.0,
         shard: str | None = None,
@@ -393,8 +407,23 @@ class PostgresStore:
         self.codec: Codec = codec if codec is not None else DEFAULT_CODEC
         self.max_connections = max_connections
         self.compact_after = compact_after
-        self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
-        self.lost = asyncio.Event()
+        # The tag names this instance's sessions (application_name), so that a standby can end
+        # them all once this instance's lease expired (see ``_pg_lease``).
+        self.tag = uuid.uuid4().hex[:16]
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:{self.tag}"
+        self.lease_ttl = lease_ttl
+        self.lease_renew = keepalive if lease_renew is None else lease_renew
+        self._pool_app = f"cronoq/{self.tag}"
+        self._lock_app = f"cronoq-lock/{self.tag}"
+        self._lease = LeaseKeeper(
+            PgLease(self),
+            lease_ttl=lease_ttl,
+            lease_renew=self.lease_renew,
+            lock_poll=lock_poll,
+            what=f"postgres schema {schema}",
+            log=log,
+        )
+        self.lost = self._lease.lost
 
         self._key = lock_key(schema)
         self._sql = _CommitSql(self._s)
@@ -410,8 +439,6 @@ class PostgresStore:
         self._open_lock = asyncio.Lock()
         self._commit_lock = asyncio.Lock()
         self._closed = False
-        self._epoch: int | None = None
-        self._keeper: asyncio.Task[None] | None = None
         self._commits = 0  # commits under the current epoch: the low bits of their seq
         self._last_seq: int | None = None  # seq of the last commit that succeeded
         self._unfolded = 0  # events appended since the last compaction started
@@ -423,7 +450,7 @@ class PostgresStore:
 
     @property
     def epoch(self) -> int | None:
-        return self._epoch
+        return self._lease.epoch
 
     @property
     def lock_session_pid(self) -> int | None:
@@ -449,7 +476,7 @@ class PostgresStore:
                     min_size=1,
                     max_size=self.max_connections,
                     timeout=self.session_timeout,
-                    server_settings={"application_name": "cronoq"},
+                    server_settings={"application_name": self._pool_app},
                     init=_init_session,
                     reset=_keep_session,
                 )
@@ -491,7 +518,7 @@ class PostgresStore:
     def _lock_settings(self) -> dict[str, str]:
         timeout = max(self.session_timeout, 1.0)
         return {
-            "application_name": "cronoq-leader",
+            "application_name": self._lock_app,
             "tcp_keepalives_idle": str(max(1, round(timeout / 2))),
             "tcp_keepalives_interval": str(max(1, round(timeout / 6))),
             "tcp_keepalives_count": "3",
@@ -512,152 +539,31 @@ class PostgresStore:
             conn.terminate()  # ends the session, and with it the advisory lock
 
     async def acquire_leadership(self) -> int:
-        failures = 0
         while True:
             try:
                 await self.open()
-                epoch = await self._try_acquire()
-                failures = 0
+                break
             except Unavailable as exc:
-                failures += 1
-                (log.warning if failures % 20 == 1 else log.debug)(
-                    "waiting for postgres leadership of schema %s: %s", self.schema, exc
-                )
-                epoch = None
-            if epoch is not None:
-                return epoch
-            await asyncio.sleep(self.lock_poll)
-
-    async def _try_acquire(self) -> int | None:
-        if self._epoch is not None:
-            raise StoreError("this store already leads; release leadership first")
-        try:
-            conn = await self._lock_session()
-            got = await conn.fetchval("SELECT pg_try_advisory_lock($1)", self._key, timeout=self.session_timeout)
-            if not got:
-                return None
-            epoch = await conn.fetchval(
-                f"UPDATE {self._s}.cronoq_leader SET epoch = epoch + 1, holder = $1, acquired_at = now()"
-                " WHERE id = 1 RETURNING epoch",
-                self.holder,
-                timeout=self.session_timeout,
-            )
-        except _PG_FAILURES as exc:
-            self._drop_lock_session()
-            raise _map_error(exc, "leader election") from exc
-        except BaseException:
-            self._drop_lock_session()
-            raise
-        epoch = int(epoch)
-        self._epoch = epoch
+                log.warning("waiting for postgres schema %s: %s", self.schema, exc)
+                await asyncio.sleep(self.lock_poll)
+        epoch = await self._lease.acquire()
         self._commits = 0
         self._last_seq = None
         self._unfolded = 0
         self._unfolded_since = 0  # the log may hold events of earlier leaders
-        self.lost.clear()
-        self._keeper = asyncio.get_running_loop().create_task(
-            self._keepalive_loop(conn, epoch), name=f"cronoq-pg-keepalive-{epoch}"
-        )
         log.info("postgres leadership of schema %s taken by %s with epoch %d", self.schema, self.holder, epoch)
         return epoch
 
-    async def _keepalive_loop(self, conn: Any, epoch: int) -> None:
-        """Check the lock session every ``keepalive``. When it fails (the server restarted, the
-        connection broke), try to take the lock back on a new session until ``session_timeout``
-        has passed since the last good check: if the lock is free and the epoch is still ours,
-        nobody led in between, and this instance keeps leading through a short outage."""
-        query = f"SELECT epoch FROM {self._s}.cronoq_leader WHERE id = 1"
-        last_ok = time.monotonic()
-        while self._epoch == epoch:
-            await asyncio.sleep(self.keepalive)
-            if self._epoch != epoch:
-                return
-            remaining = self.session_timeout - (time.monotonic() - last_ok)
-            if remaining <= 0:
-                self._lose(epoch, f"the lock session did not answer for {self.session_timeout} s")
-                return
-            try:
-                current = await conn.fetchval(query, timeout=remaining)
-            except TimeoutError:
-                continue  # checked against session_timeout on the next round
-            except _PG_FAILURES as exc:
-                log.warning("postgres lock session of schema %s failed (%s: %s); trying to take the lock back",
-                            self.schema, type(exc).__name__, exc)
-                reclaimed = await self._reclaim(epoch, last_ok)
-                if reclaimed is None:
-                    return
-                conn = reclaimed
-                last_ok = time.monotonic()
-                continue
-            if current != epoch:
-                self._lose(epoch, f"the epoch moved on to {current}")
-                return
-            last_ok = time.monotonic()
-
-    async def _reclaim(self, epoch: int, last_ok: float) -> Any:
-        """A new lock session holding the lock with our epoch unchanged, or None (lost)."""
-        self._lock_conn = None
-        while self._epoch == epoch:
-            remaining = self.session_timeout - (time.monotonic() - last_ok)
-            if remaining <= 0:
-                self._lose(epoch, f"the lock session could not be restored within {self.session_timeout} s")
-                return None
-            try:
-                conn = await asyncpg.connect(
-                    self.dsn, timeout=max(min(remaining, self.session_timeout), 0.1),
-                    server_settings=self._lock_settings(),
-                )
-            except (OSError, TimeoutError, *_PG_FAILURES):
-                await asyncio.sleep(min(self.lock_poll, max(remaining, 0.01)))
-                continue
-            try:
-                got = await conn.fetchval("SELECT pg_try_advisory_lock($1)", self._key, timeout=remaining)
-                current = await conn.fetchval(
-                    f"SELECT epoch FROM {self._s}.cronoq_leader WHERE id = 1", timeout=remaining
-                ) if got else None
-            except (OSError, TimeoutError, *_PG_FAILURES):
-                conn.terminate()
-                await asyncio.sleep(min(self.lock_poll, max(remaining, 0.01)))
-                continue
-            if not got:
-                conn.terminate()
-                self._lose(epoch, "another instance holds the lock")
-                return None
-            if current != epoch:
-                conn.terminate()
-                self._lose(epoch, f"the epoch moved on to {current}")
-                return None
-            self._lock_conn = conn
-            log.warning("postgres lock session of schema %s restored; still leading with epoch %d",
-                        self.schema, epoch)
-            return conn
-        return None
-
     def _lose(self, epoch: int, why: str) -> None:
-        if self._epoch != epoch:
-            return
-        log.warning("postgres leadership of schema %s (epoch %d) lost: %s", self.schema, epoch, why)
-        self._epoch = None
-        self._stop_keeper()
-        self._drop_lock_session()
-        self.lost.set()
-
-    def _stop_keeper(self) -> None:
-        task, self._keeper = self._keeper, None
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()
+        self._lease.lose(epoch, why)
 
     async def release_leadership(self) -> None:
-        epoch, self._epoch = self._epoch, None
         self._prepared.clear()
-        task, self._keeper = self._keeper, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
         compactor, self._compactor = self._compactor, None
         if compactor is not None:
             compactor.cancel()  # its statement is atomic: cancelled, it folds nothing
             await asyncio.gather(compactor, return_exceptions=True)
+        epoch = await self._lease.release()
         conn, self._lock_conn = self._lock_conn, None
         if conn is not None and not conn.is_closed():
             try:
@@ -666,6 +572,7 @@ class PostgresStore:
                 conn.terminate()
         if epoch is not None:
             log.info("postgres leadership of schema %s released (epoch %d)", self.schema, epoch)
+
 
     # -- writes --------------------------------------------------------------------------------
 
@@ -678,8 +585,7 @@ class PostgresStore:
 
     async def commit(self, epoch: int, mutations: Sequence[Mutation]) -> None:
         await self.open()
-        if self._epoch is None or epoch != self._epoch:
-            raise Fenced(f"epoch {epoch} is not held by this store (current: {self._epoch})")
+        self._lease.check(epoch)
         step = self._prepared.take(mutations)
         if step is None:
             step = _encode(mutations, self.codec)
@@ -689,7 +595,7 @@ class PostgresStore:
             # Numbered under the lock, so that the log orders commits as they were applied.
             self._commits += 1
             seq = E.commit_seq(epoch, self._commits)
-            sql, args, shape = self._sql.build(epoch, step, seq)
+            sql, args, shape = self._sql.build(epoch, self.holder, step, seq)
             deadline = loop.time() + self.commit_timeout
             try:
                 async with self._pool.acquire(timeout=self.commit_timeout) as conn:
@@ -729,6 +635,7 @@ class PostgresStore:
         Hash and merge joins are ruled out for the statement: the events would otherwise be
         joined to the task table by reading all of it, where the primary key finds each task.
         """
+        self._lease.check(epoch)
         async with self._pool.acquire(timeout=self.commit_timeout) as conn, conn.transaction():
             await conn.execute("SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off")
             row = await conn.fetchrow(E.compact_sql(self._s), epoch, upto, timeout=self.commit_timeout)
@@ -756,7 +663,7 @@ class PostgresStore:
         Only the leader compacts (``Fenced`` otherwise). Waits for a compaction in progress first.
         """
         await self.open()
-        epoch, upto = self._epoch, self._last_seq
+        epoch, upto = self._lease.epoch, self._last_seq
         if epoch is None:
             raise Fenced("only the leader compacts the event log")
         running = self._compactor
@@ -774,14 +681,27 @@ class PostgresStore:
             raise _map_error(exc, "compaction") from exc
 
     async def prune(self, before: int) -> int:
+        """Delete finished rows older than ``before``. Only the leader prunes (``Fenced``
+        otherwise), fenced by its epoch in the same transaction as the delete."""
         await self.open()
-        if self._epoch is not None:
-            await self.compact()  # tasks finished only in the log become prunable
+        epoch = self._lease.epoch
+        if epoch is None:
+            raise Fenced("only the leader prunes")
+        await self.compact()  # tasks finished only in the log become prunable
+        self._lease.check(epoch)
         try:
-            status = await self._pool.execute(
-                f"DELETE FROM {self._s}.cronoq_tasks WHERE finished_at IS NOT NULL AND finished_at < $1",
-                before,
-            )
+            async with self._pool.acquire(timeout=self.commit_timeout) as conn, conn.transaction():
+                held = await conn.fetchval(fence_sql(self._s), epoch, self.holder, timeout=self.commit_timeout)
+                if held is None:
+                    self._lose(epoch, "pruning found a newer epoch")
+                    raise Fenced(f"epoch {epoch} is stale: another instance leads schema {self.schema!r}")
+                status = await conn.execute(
+                    f"DELETE FROM {self._s}.cronoq_tasks WHERE finished_at IS NOT NULL AND finished_at < $1",
+                    before,
+                    timeout=self.commit_timeout,
+                )
+        except TimeoutError:
+            raise Unavailable(f"postgres prune took longer than {self.commit_timeout} s") from None
         except _PG_FAILURES as exc:
             raise _map_error(exc, "prune") from exc
         return int(status.split()[-1])
@@ -827,16 +747,7 @@ class PostgresStore:
             if rec.quarantined:
                 for db_id, message in rec.quarantined:
                     log.error("task %d quarantined: %s", R.from_db_id(db_id), message)
-                # Their statuses leave the log too: folded later, they would overwrite the quarantine.
-                await self._pool.execute(
-                    f"WITH scrub AS ({E.scrub_sql(s)})"
-                    f" UPDATE {s}.cronoq_tasks t SET status = 'dead_lettered', message = q.message,"
-                    " retry_at = NULL, finished_at = COALESCE(t.finished_at, $3)"
-                    " FROM unnest($1::bigint[], $2::text[]) AS q(id, message) WHERE t.id = q.id",
-                    [q[0] for q in rec.quarantined],
-                    [q[1] for q in rec.quarantined],
-                    now,
-                )
+                await self._quarantine(rec.quarantined, now)
         except _PG_FAILURES as exc:
             raise _map_error(exc, "recovery") from exc
         result = Recovered(tasks=rec.ordered(), quarantined=len(rec.quarantined))
@@ -850,6 +761,29 @@ class PostgresStore:
         result.id_high_water = max([high_id, *(t.record.id for t in result.tasks)])
         return result
 
+    async def _quarantine(self, bad: list[tuple[int, str]], now: int) -> None:
+        """Mark corrupt rows dead-lettered. A leader's marks are fenced like its commits; a store
+        that does not lead (a reader) marks them unconditionally, as they only repeat what any
+        reader of those rows concludes."""
+        s = self._s
+        epoch = self._lease.epoch
+        if epoch is not None:
+            self._lease.check(epoch)
+        async with self._pool.acquire(timeout=self.commit_timeout) as conn, conn.transaction():
+            if epoch is not None and await conn.fetchval(fence_sql(s), epoch, self.holder) is None:
+                self._lose(epoch, "marking corrupt rows found a newer epoch")
+                raise Fenced(f"epoch {epoch} is stale: another instance leads schema {self.schema!r}")
+            # Their statuses leave the log too: folded later, they would overwrite the quarantine.
+            await conn.execute(
+                f"WITH scrub AS ({E.scrub_sql(s)})"
+                f" UPDATE {s}.cronoq_tasks t SET status = 'dead_lettered', message = q.message,"
+                " retry_at = NULL, finished_at = COALESCE(t.finished_at, $3)"
+                " FROM unnest($1::bigint[], $2::text[]) AS q(id, message) WHERE t.id = q.id",
+                [q[0] for q in bad],
+                [q[1] for q in bad],
+                now,
+            )
+
     # -- history (see history.py) ------------------------------------------------------------
 
     async def _fold_for_history(self) -> None:
@@ -858,7 +792,7 @@ class PostgresStore:
         event may be that old (with the default hour of retention, background compaction has
         always done it)."""
         since = self._unfolded_since
-        if self._epoch is not None and since is not None and time.time_ns() - since >= self.retention:
+        if self._lease.epoch is not None and since is not None and time.time_ns() - since >= self.retention:
             await self.compact()
 
     async def _fetch(self, doing: str, sql: str, *args: Any) -> list[Any]:

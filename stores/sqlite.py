@@ -7,9 +7,11 @@ also what SQLite wants (one writer).
 Leadership: row 1 of ``cronoq_leader`` holds the epoch, the holder's identity and the lease
 expiry (wall-clock Unix nanoseconds, which processes on one host share). A free or expired lease
 is taken in a ``BEGIN IMMEDIATE`` transaction that increments the epoch. The leader renews it every
-``lease_renew``; standbys retry every ``lock_poll``; ``release_leadership`` frees it at once.
-Every commit opens with ``BEGIN IMMEDIATE`` and checks epoch and holder before writing, so a
-leader that was paused past its lease and replaced gets ``Fenced``.
+``lease_renew``; standbys retry every ``lock_poll``; ``release_leadership`` frees it at once
+(the loop, expiry and step-down are ``_lease.LeaseKeeper``'s, shared with Postgres). Every write
+(commit, prune, quarantine) opens with ``BEGIN IMMEDIATE`` and checks epoch and holder before
+writing, so a leader that was paused past its lease and replaced gets ``Fenced``; one whose lease
+ran out on its own clock refuses to write before asking the database.
 
 Files: the database file is created with mode 0600; SQLite gives its ``-wal`` and ``-shm``
 journals the mode of the database file, and the store tightens them too when it created the file.
@@ -40,6 +42,7 @@ from cronoq.engine.views import TaskInfo, TaskQuery
 from . import _rows as R
 from . import _schema as S
 from . import history as H
+from ._lease import LeaseKeeper
 from ._prepared import PreparedSteps
 from .base import (
     DEFAULT_CODEC,
@@ -201,13 +204,9 @@ class SqliteStore:
         shard: str | None = None,
         codec: Codec | None = None,
     ) -> None:
-        for what, value in (("lease_ttl", lease_ttl), ("lease_renew", lease_renew), ("lock_poll", lock_poll),
-                            ("commit_timeout", commit_timeout)):  # fmt: skip
-            check_seconds(what, value)
+        check_seconds("commit_timeout", commit_timeout)
         check_seconds("busy_timeout", busy_timeout, positive=False)
         check_seconds("retention", retention, positive=False)
-        if not 0 < lease_renew < lease_ttl:
-            raise ValueError("lease_renew must be positive and shorter than lease_ttl")
         if shard is not None:
             R.check_text(shard, "shard name")
         self.path = Path(path)
@@ -221,7 +220,6 @@ class SqliteStore:
         self.shard = shard
         self.codec: Codec = codec if codec is not None else DEFAULT_CODEC
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
-        self.lost = asyncio.Event()
 
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cronoq-sqlite")
         self._conn: sqlite3.Connection | None = None  # touched only on the executor thread
@@ -234,9 +232,15 @@ class SqliteStore:
         self._prepared: PreparedSteps[R.Batch] = PreparedSteps(lambda mutations: R.fold(mutations, self.codec))
         self._opened = False
         self._closed = False
-        self._epoch: int | None = None
-        self._expires_ns = 0
-        self._renewer: asyncio.Task[None] | None = None
+        self._lease = LeaseKeeper(
+            _SqliteLease(self),
+            lease_ttl=lease_ttl,
+            lease_renew=lease_renew,
+            lock_poll=lock_poll,
+            what=f"sqlite file {self.path}",
+            log=log,
+        )
+        self.lost = self._lease.lost
 
     # -- plumbing ------------------------------------------------------------------------------
 
@@ -259,7 +263,7 @@ class SqliteStore:
 
     @property
     def epoch(self) -> int | None:
-        return self._epoch
+        return self._lease.epoch
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -326,24 +330,9 @@ class SqliteStore:
 
     async def acquire_leadership(self) -> int:
         await self.open()
-        if self._epoch is not None:
-            raise StoreError("this store already leads; release leadership first")
-        while True:
-            try:
-                taken = await self._call("lease acquisition", self._take_sync)
-            except Unavailable as exc:
-                log.debug("lease acquisition deferred: %s", exc)
-                taken = None
-            if taken is not None:
-                epoch, expires = taken
-                self._epoch, self._expires_ns = epoch, expires
-                self.lost.clear()
-                self._renewer = asyncio.get_running_loop().create_task(
-                    self._renew_loop(epoch), name=f"cronoq-sqlite-lease-{epoch}"
-                )
-                log.info("sqlite lease taken by %s with epoch %d", self.holder, epoch)
-                return epoch
-            await asyncio.sleep(self.lock_poll)
+        epoch = await self._lease.acquire()
+        log.info("sqlite lease taken by %s with epoch %d", self.holder, epoch)
+        return epoch
 
     def _take_sync(self) -> tuple[int, int] | None:
         conn = self._db()
@@ -384,47 +373,14 @@ class SqliteStore:
                 conn.execute("ROLLBACK")
             raise
 
-    async def _renew_loop(self, epoch: int) -> None:
-        ttl_ns = round(self.lease_ttl * NS_PER_S)
-        while self._epoch == epoch:
-            await asyncio.sleep(self.lease_renew)
-            if self._epoch != epoch:
-                return
-            started = time.time_ns()
-            try:
-                renewed = await self._call("lease renewal", self._renew_sync, epoch, started + ttl_ns)
-            except StoreError as exc:
-                if time.time_ns() >= self._expires_ns:
-                    self._lose(epoch, f"lease expired while renewal failed: {exc}")
-                    return
-                log.warning("sqlite lease renewal failed, retrying: %s", exc)
-                continue
-            if not renewed:
-                self._lose(epoch, "the lease was taken over by another process")
-                return
-            self._expires_ns = started + ttl_ns
-
     def _lose(self, epoch: int, why: str) -> None:
-        if self._epoch != epoch:
-            return
-        log.warning("sqlite leadership (epoch %d) lost: %s", epoch, why)
-        self._epoch = None
-        self._stop_renewer()
-        self.lost.set()
-
-    def _stop_renewer(self) -> None:
-        task, self._renewer = self._renewer, None
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()
+        self._lease.lose(epoch, why)
 
     async def release_leadership(self) -> None:
-        epoch, self._epoch = self._epoch, None
         self._prepared.clear()
-        self._stop_renewer()
-        if epoch is None or self._conn is None:
-            return
-        await self._call("lease release", self._release_sync, epoch)
-        log.info("sqlite lease released (epoch %d)", epoch)
+        epoch = await self._lease.release()
+        if epoch is not None:
+            log.info("sqlite lease released (epoch %d)", epoch)
 
     def _release_sync(self, epoch: int) -> None:
         conn = self._db()
@@ -440,6 +396,13 @@ class SqliteStore:
                 conn.execute("ROLLBACK")
             raise
 
+    def _check_holder(self, conn: sqlite3.Connection, epoch: int) -> None:
+        """Inside a write transaction: raise ``Fenced`` unless the lease row still names this
+        holder with ``epoch`` (a leader paused past its lease and replaced gets here)."""
+        current, holder = conn.execute("SELECT epoch, holder FROM cronoq_leader WHERE id = 1").fetchone()
+        if current != epoch or holder != self.holder:
+            raise Fenced(f"epoch {epoch} is stale: the lease is at epoch {current}, held by {holder}")
+
     # -- writes --------------------------------------------------------------------------------
 
     def prepare(self, mutations: Sequence[Mutation]) -> None:
@@ -450,8 +413,7 @@ class SqliteStore:
 
     async def commit(self, epoch: int, mutations: Sequence[Mutation]) -> None:
         await self.open()
-        if self._epoch is None or epoch != self._epoch:
-            raise Fenced(f"epoch {epoch} is not held by this store (current: {self._epoch})")
+        self._lease.check(epoch)
         batch = self._prepared.take(mutations)
         if batch is None:
             batch = R.fold(mutations, self.codec)
@@ -490,9 +452,7 @@ class SqliteStore:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 self._check_abandoned(token)
-                current, holder = conn.execute("SELECT epoch, holder FROM cronoq_leader WHERE id = 1").fetchone()
-                if current != epoch or holder != self.holder:
-                    raise Fenced(f"epoch {epoch} is stale: the lease is at epoch {current}, held by {holder}")
+                self._check_holder(conn, epoch)
                 if batch.tasks:
                     conn.executemany(_INSERT_TASK, batch.tasks)
                 if batch.statuses:
@@ -518,13 +478,24 @@ class SqliteStore:
                 self._inflight = None
 
     async def prune(self, before: int) -> int:
+        """Delete finished rows older than ``before``. Only the leader prunes (``Fenced``
+        otherwise), checked in the same transaction as the delete."""
         await self.open()
-        return await self._call("prune", self._prune_sync, before)
+        epoch = self._lease.epoch
+        if epoch is None:
+            raise Fenced("only the leader prunes")
+        self._lease.check(epoch)
+        try:
+            return await self._call("prune", self._prune_sync, epoch, before)
+        except Fenced as exc:
+            self._lose(epoch, str(exc))
+            raise
 
-    def _prune_sync(self, before: int) -> int:
+    def _prune_sync(self, epoch: int, before: int) -> int:
         conn = self._db()
         conn.execute("BEGIN IMMEDIATE")
         try:
+            self._check_holder(conn, epoch)
             cur = conn.execute("DELETE FROM cronoq_tasks WHERE finished_at IS NOT NULL AND finished_at < ?", (before,))
             conn.execute("COMMIT")
             return cur.rowcount
@@ -551,7 +522,17 @@ class SqliteStore:
         if rec.quarantined:
             for db_id, message in rec.quarantined:
                 log.error("task %d quarantined: %s", R.from_db_id(db_id), message)
-            await self._call("quarantine", self._quarantine_sync, rec.quarantined, now)
+            # A leader's mark is fenced like its commits; a store that does not lead (a reader)
+            # marks the rows unconditionally, as the marks only repeat what any reader concludes.
+            epoch = self._lease.epoch
+            if epoch is not None:
+                self._lease.check(epoch)
+            try:
+                await self._call("quarantine", self._quarantine_sync, epoch, rec.quarantined, now)
+            except Fenced as exc:
+                if epoch is not None:
+                    self._lose(epoch, str(exc))
+                raise
         result = Recovered(tasks=rec.ordered(), quarantined=len(rec.quarantined))
         for rrow in rec_rows:
             try:
@@ -590,10 +571,12 @@ class SqliteStore:
             .fetchall()
         )
 
-    def _quarantine_sync(self, bad: list[tuple[int, str]], now: int) -> None:
+    def _quarantine_sync(self, epoch: int | None, bad: list[tuple[int, str]], now: int) -> None:
         conn = self._db()
         conn.execute("BEGIN IMMEDIATE")
         try:
+            if epoch is not None:
+                self._check_holder(conn, epoch)
             conn.executemany(
                 "UPDATE cronoq_tasks SET status = 'dead_lettered', message = ?, retry_at = NULL,"
                 " finished_at = CASE WHEN typeof(finished_at) = 'integer' THEN finished_at ELSE ? END WHERE id = ?",
@@ -639,3 +622,26 @@ class SqliteStore:
         if row is None or not row[0]:
             return False, None
         return True, R.decode_output(self.codec, row[1])
+
+
+class _SqliteLease:
+    """The lease row of a SQLite file (``LeaseBackend``): claimed and renewed on the store's
+    database thread, expiry in wall-clock nanoseconds (processes on one host share the clock)."""
+
+    def __init__(self, store: SqliteStore) -> None:
+        self.store = store
+
+    async def claim(self) -> int | None:
+        taken = await self.store._call("lease acquisition", self.store._take_sync)
+        return None if taken is None else taken[0]
+
+    async def renew(self, epoch: int) -> bool:
+        until = time.time_ns() + round(self.store.lease_ttl * NS_PER_S)
+        return await self.store._call("lease renewal", self.store._renew_sync, epoch, until)
+
+    async def release(self, epoch: int) -> None:
+        if self.store._conn is not None:
+            await self.store._call("lease release", self.store._release_sync, epoch)
+
+    def dropped(self, epoch: int) -> None:
+        """Nothing holds a SQLite lease but the row, which the next holder overwrites."""

@@ -3,7 +3,8 @@
 ``scripts/typecheck.py`` checks the package as installed (``cronoq.engine`` is the ``engine/``
 folder, ...). These tests give mypy the project's configuration and a small package laid out the
 same way, with code strict mode refuses in ``cronoq/engine`` and elsewhere, and check that mypy
-refuses it: a configuration naming modules mypy never sees would let it pass.
+refuses it: a configuration naming modules mypy never sees would let it pass. And callers of the
+task-option keywords are checked against their one definition.
 """
 
 from __future__ import annotations
@@ -63,3 +64,39 @@ def test_strict_mode_refuses_loose_code_in_the_engine_and_the_rest_of_the_packag
         path = f"cronoq/{module}/loose.py"
         assert f"{path}:4: error: Function is missing a type annotation  [no-untyped-def]" in run.stdout
         assert f'{path}:9: error: Returning Any from function declared to return "int"  [no-any-return]' in run.stdout
+
+
+CALLERS = """\
+import cronoq
+import cronoq.client
+
+
+async def calls(scheduler: cronoq.Scheduler, client: cronoq.client.Client) -> None:
+    await scheduler.submit(1, priority="high", key="k", timeout=2.0)
+    await scheduler.submit(1, priorty="high")
+    await scheduler.enqueue(1, timeout="soon")
+    cronoq.Task(1, tags=3)
+    await client.submit(b"", pol="p")
+    cronoq.client.task(b"", tenant=5)
+"""
+
+
+def test_task_options_are_checked_at_every_caller(tmp_path: Path) -> None:
+    """The one definition of the task options (``TypedDict`` + ``Unpack``) lets mypy check the
+    keywords callers pass, by name and by type."""
+    tree = _typecheck_script().build_tree()
+    probe = tmp_path / "callers.py"
+    probe.write_text(CALLERS)
+    run = subprocess.run(
+        [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"), "--cache-dir",
+         str(tmp_path / "cache"), str(probe)],
+        cwd=tree, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    errors = [line.split(": error: ", 1)[1] for line in run.stdout.splitlines() if ": error: " in line]
+    lines = sorted({int(line.split(":")[1]) for line in run.stdout.splitlines() if ": error: " in line})
+    assert lines == [7, 8, 9, 10, 11], run.stdout
+    assert any('Unexpected keyword argument "priorty"' in error for error in errors), errors
+    assert any('"timeout" to "enqueue"' in error and "float | None" in error for error in errors), errors
+    assert any('"tags" to "Task"' in error for error in errors), errors
+    assert any('Unexpected keyword argument "pol"' in error for error in errors), errors
+    assert any('"tenant" to "task"' in error for error in errors), errors

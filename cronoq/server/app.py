@@ -77,14 +77,31 @@ def make_store(config: Config) -> Store:
 
         path = config.store_namespace()
         assert path is not None
-        return SqliteStore(path, retention=retention, shard=shard, codec=BlobCodec())
+        return SqliteStore(
+            path,
+            retention=retention,
+            shard=shard,
+            codec=BlobCodec(),
+            lease_ttl=section.lease_ttl_s,
+            lease_renew=section.lease_renew_s,
+            lock_poll=section.lock_poll_s,
+        )
     if isinstance(section, PostgresStoreConfig):
         from cronoq.stores.postgres import PostgresStore
 
         if section.url is None:
             raise ValueError("store.url is not known (the environment variable was not read)")
         schema = config.store_namespace() or "public"
-        return PostgresStore(section.url, schema=schema, retention=retention, shard=shard, codec=BlobCodec())
+        return PostgresStore(
+            section.url,
+            schema=schema,
+            retention=retention,
+            shard=shard,
+            codec=BlobCodec(),
+            lease_ttl=section.lease_ttl_s,
+            lease_renew=section.lease_renew_s,
+            lock_poll=section.lock_poll_s,
+        )
     assert isinstance(section, MemoryStoreConfig)
     from cronoq.stores.memory import MemoryStore
 

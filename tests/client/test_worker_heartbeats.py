@@ -80,5 +80,12 @@ async def test_close_stops_all_beats() -> None:
     await eventually(lambda: leases.count(1) >= 1, what="a first beat")
     beats.close()
     after_close = leases.count(1)
-    await asyncio.sleep(0.05)
+    # Another stream's scheduler beating at the same period witnesses that several periods passed.
+    witness = Heartbeats(asyncio.get_running_loop(), leases.send, leases.still_running)
+    leases.running[2] = 1
+    witness.add(2, 1, 0.01, running=1)
+    try:
+        await eventually(lambda: leases.count(2) >= 3, what="the witness's beats")
+    finally:
+        witness.close()
     assert leases.count(1) == after_close

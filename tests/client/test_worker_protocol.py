@@ -146,9 +146,10 @@ async def test_registered_fields(fake: FakeCronoq, start_worker: Any) -> None:
 async def test_heartbeats_from_registered_ttl(fake: FakeCronoq, start_worker: Any) -> None:
     fake.lease_ttl_s = 0.09  # period 0.03 s
     release = asyncio.Event()
+    witness_release = asyncio.Event()
 
     async def slow(lease: Lease) -> str:
-        await release.wait()
+        await (release if lease.payload == b"x" else witness_release).wait()
         return "done"
 
     running = start_worker(fake.address, slow)
@@ -164,8 +165,11 @@ async def test_heartbeats_from_registered_ttl(fake: FakeCronoq, start_worker: An
     release.set()
     await eventually(lambda: bool(stream.of_kind("complete")), what="completion")
     count = len(stream.of_kind("heartbeat"))
-    await asyncio.sleep(0.1)
-    assert len(stream.of_kind("heartbeat")) == count  # stops with the lease
+    # A second lease's own beats witness that several periods passed: the first got none meanwhile.
+    fake._admit(pb.TaskSpec(payload=b"witness", pool="default"))
+    await eventually(lambda: len([h for h in stream.of_kind("heartbeat") if h.lease != 1000]) >= 3, what="witness")
+    assert len([h for h in stream.of_kind("heartbeat") if h.lease == 1000]) == count  # stops with the lease
+    witness_release.set()
     await running.stop()
 
 
@@ -194,12 +198,16 @@ async def test_no_ttl_no_heartbeats(fake: FakeCronoq, start_worker: Any) -> None
     async def slow(lease: Lease) -> None:
         await release.wait()
 
-    running = start_worker(fake.address, slow)
+    running = start_worker(fake.address, slow, slots=2)
     await running.worker.wait_registered(timeout=5)
     fake._admit(pb.TaskSpec(pool="default"))
     await eventually(lambda: running.worker.running == 1, what="lease to start")
-    await asyncio.sleep(0.15)
-    assert fake.streams[0].of_kind("heartbeat") == []
+    # A witness lease that does carry a TTL beats every 0.01 s; its beats prove time passed.
+    fake.lease_ttl_per_lease = 0.03
+    fake._admit(pb.TaskSpec(pool="default"))
+    stream = fake.streams[0]
+    await eventually(lambda: len(stream.of_kind("heartbeat")) >= 3, what="the witness's heartbeats")
+    assert {beat.lease for beat in stream.of_kind("heartbeat")} == {1001}  # none for the lease without a TTL
     release.set()
     await running.stop()
 
@@ -228,11 +236,9 @@ async def test_abort_cancels_handler_and_sends_nothing(fake: FakeCronoq, start_w
     await eventually(lambda: "cancelled_event" in observed, what="handler cancellation")
     assert observed["cancelled_event"] is True
     assert running.worker.running == 0
-    await asyncio.sleep(0.05)
-    assert stream.received == []
     stream.send(abort=pb.Abort(lease=4242, reason="unknown lease is ignored"))
     await running.stop()
-    assert stream.kinds() == ["set_slots"]
+    assert stream.kinds() == ["set_slots"]  # the stream is ordered: nothing was sent before the stop's SetSlots(0)
 
 
 async def test_leases_beyond_granted_slots_are_given_back(fake: FakeCronoq, start_worker: Any) -> None:

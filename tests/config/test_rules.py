@@ -68,6 +68,9 @@ RULES: list[tuple[str, str, str, str]] = [
     ("pg-schema-shard-unsharded", PG + 'schema = "c_{shard}"\n', "store.schema", "no [[shards]]"),
     ("sqlite-shard-unsharded", SQLITE + 'path = "/d/{shard}.db"\n', "store.path", "no [[shards]]"),
     ("pg-url-empty", PG + 'url = ""\n', "store.url", "must not be empty"),
+    ("pg-lease-renew-too-long", PG + "lease_ttl_s = 2\nlease_renew_s = 2\n", "store.lease_renew_s", "shorter than"),
+    ("sqlite-lease-ttl-zero", SQLITE + 'path = "x"\nlease_ttl_s = 0\n', "store.lease_ttl_s", "greater than 0"),
+    ("pg-lock-poll-zero", PG + "lock_poll_s = 0\n", "store.lock_poll_s", "greater than 0"),
     # [limits]
     ("limit-batch-zero", "[limits]\nmax_tasks_per_batch = 0\n", "limits.max_tasks_per_batch", "at least 1"),
     ("limit-pending-zero", "[limits]\nmax_pending_total = 0\n", "limits.max_pending_total", "at least 1"),
@@ -180,6 +183,8 @@ ACCEPTED = [
     "[limits]\nmax_tags = 0\nmax_deps = 0\nmax_resources = 0\nkey_retention_max = 0\n",
     "[outputs]\ncache_entries = 0\ncache_bytes = 0\ninfo_entries = 0\n",
     PG + 'schema = "Cronoq_9"\n',
+    PG + "lease_ttl_s = 2\nlease_renew_s = 0.5\nlock_poll_s = 0.05\n",
+    SQLITE + 'path = "x"\nlease_ttl_s = 1\nlease_renew_s = 0.2\n',
     '[[resources]]\nkind = "token_bucket"\nname = "r"\nrate = 0.001\nburst = 1\n',
 ]
 

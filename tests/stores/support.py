@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -48,6 +49,23 @@ async def eventually(condition: Any, what: str) -> None:
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.005)
+
+
+def refused_claims(store: Any) -> list[float]:
+    """A spy on a store's lease claims (each claim still runs): the ``time.monotonic()`` of every
+    claim refused because another instance holds the lease."""
+    refused: list[float] = []
+    backend = store._lease.backend
+    claim = backend.claim
+
+    async def spied_claim() -> int | None:
+        epoch: int | None = await claim()
+        if epoch is None:
+            refused.append(time.monotonic())
+        return epoch
+
+    backend.claim = spied_claim
+    return refused
 
 
 class Database:

@@ -30,7 +30,7 @@ async def store(postgres_dsn: str, pg_schema: str) -> AsyncIterator[PostgresStor
 
 async def generic_plan(store: PostgresStore, epoch: int, step: list[Mutation]) -> str:
     """The plan Postgres caches for the step's statement once it stops planning per call."""
-    sql, args, _ = store._sql.build(epoch, P._encode(step, store.codec), E.commit_seq(epoch, 1))
+    sql, args, _ = store._sql.build(epoch, store.holder, P._encode(step, store.codec), E.commit_seq(epoch, 1))
     async with store._pool.acquire() as conn, conn.transaction():
         await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
         return "\n".join(row[0] for row in await conn.fetch("EXPLAIN " + sql, *args))

@@ -14,6 +14,8 @@ from cronoq.stores import Fenced, SchemaTooNew, StoreError
 from cronoq.stores import _schema as schema_mod
 from cronoq.stores.postgres import PostgresStore, apply_migrations
 
+from .support import eventually, refused_claims
+
 T0 = 1_700_000_000_000_000_000
 
 
@@ -43,19 +45,16 @@ def make(stores: list[PostgresStore], dsn: str, schema: str, **kw: Any) -> Postg
     return store
 
 
-async def not_done_after(task: asyncio.Task[Any], seconds: float) -> bool:
-    await asyncio.sleep(seconds)
-    return not task.done()
-
-
 async def test_one_leader_and_takeover_after_release(
     postgres_dsn: str, pg_schema: str, stores: list[PostgresStore]
 ) -> None:
     a = make(stores, postgres_dsn, pg_schema)
     b = make(stores, postgres_dsn, pg_schema)
     epoch_a = await asyncio.wait_for(a.acquire_leadership(), 10)
+    refused = refused_claims(b)
     waiting = asyncio.create_task(b.acquire_leadership())
-    assert await not_done_after(waiting, 0.5)
+    await eventually(lambda: len(refused) >= 3, "three refused claims")
+    assert not waiting.done()
 
     await a.commit(epoch_a, [put(1)])
     loop = asyncio.get_running_loop()
@@ -75,12 +74,14 @@ async def test_one_leader_and_takeover_after_release(
 async def test_terminated_lock_session_hands_over_and_fences(
     postgres_dsn: str, pg_schema: str, stores: list[PostgresStore], admin: Any
 ) -> None:
-    # ``a`` never pings its lock session, so only the epoch check in the commit can stop it.
-    a = make(stores, postgres_dsn, pg_schema, keepalive=3600)
+    # ``a`` never renews over its lock session, so only the epoch check in the commit can stop it.
+    a = make(stores, postgres_dsn, pg_schema, keepalive=3600, lease_ttl=7200)
     b = make(stores, postgres_dsn, pg_schema)
     epoch_a = await a.acquire_leadership()
+    refused = refused_claims(b)
     waiting = asyncio.create_task(b.acquire_leadership())
-    assert await not_done_after(waiting, 0.3)
+    await eventually(lambda: len(refused) >= 3, "three refused claims")
+    assert not waiting.done()
 
     pid = a.lock_session_pid
     assert pid is not None
@@ -130,17 +131,17 @@ async def test_keepalive_notices_a_takeover_after_the_session_died(
 async def test_unresponsive_session_is_declared_lost(
     postgres_dsn: str, pg_schema: str, stores: list[PostgresStore], admin: Any
 ) -> None:
-    a = make(stores, postgres_dsn, pg_schema, keepalive=0.1, session_timeout=0.8)
+    a = make(stores, postgres_dsn, pg_schema, keepalive=0.1, lease_ttl=0.8)
     await a.acquire_leadership()
-    # Block the leader's ping behind a table lock: its session stops answering in time.
+    # Block the leader's renewals behind a table lock: its lease runs out before one gets through.
     async with admin.transaction():
-        await admin.execute(f'LOCK TABLE "{pg_schema}".cronoq_leader IN ACCESS EXCLUSIVE MODE')
+        await admin.execute(f'LOCK TABLE "{pg_schema}".cronoq_lease IN ACCESS EXCLUSIVE MODE')
         await asyncio.wait_for(a.lost.wait(), 5)
     assert a.epoch is None
 
 
 async def test_lock_session_settings(postgres_dsn: str, pg_schema: str, stores: list[PostgresStore]) -> None:
-    a = make(stores, postgres_dsn, pg_schema, keepalive=3600, session_timeout=12)
+    a = make(stores, postgres_dsn, pg_schema, keepalive=3600, lease_ttl=7200, session_timeout=12)
     await a.acquire_leadership()
     conn = a._lock_conn
     if await conn.fetchval("SELECT inet_server_addr() IS NULL"):
@@ -201,7 +202,7 @@ async def test_fresh_schema_and_upgrade_from_v1(postgres_dsn: str, pg_schema: st
         rec = await store.recover(T0)
         assert [(t.record.id, t.record.spec.payload) for t in rec.tasks] == [(7, {"v": 1})]
         versions = await conn.fetch(f"SELECT version FROM {s}.cronoq_schema_version ORDER BY version")
-        assert [r[0] for r in versions] == [1, 2, 3, 4, 5] == list(range(1, schema_mod.LATEST + 1))
+        assert [r[0] for r in versions] == [1, 2, 3, 4, 5, 6] == list(range(1, schema_mod.LATEST + 1))
         assert await conn.fetchval(f"SELECT shard FROM {s}.cronoq_shard") == "s1"
         indexes = {r[0] for r in await conn.fetch("SELECT indexname FROM pg_indexes WHERE schemaname = $1", pg_schema)}
         assert {"cronoq_tasks_key_idx", "cronoq_tasks_finished_idx"} <= indexes
@@ -215,7 +216,7 @@ async def test_concurrent_first_start(postgres_dsn: str, pg_schema: str, stores:
     conn = await asyncpg.connect(postgres_dsn)
     try:
         rows = await conn.fetch(f'SELECT version FROM "{pg_schema}".cronoq_schema_version')
-        assert sorted(r[0] for r in rows) == list(range(1, schema_mod.LATEST + 1)) == [1, 2, 3, 4, 5]
+        assert sorted(r[0] for r in rows) == list(range(1, schema_mod.LATEST + 1)) == [1, 2, 3, 4, 5, 6]
     finally:
         await conn.close()
 

@@ -6,6 +6,7 @@ import asyncio
 import os
 import sqlite3
 import stat
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ from cronoq.engine.types import TaskSpec, TaskStatus
 from cronoq.stores import Fenced, SchemaTooNew, Unavailable
 from cronoq.stores import _schema as schema
 from cronoq.stores.sqlite import SqliteStore, apply_migrations
+
+from .support import eventually, refused_claims
 
 T0 = 1_700_000_000_000_000_000
 
@@ -39,18 +42,15 @@ def make(stores: list[SqliteStore], path: Path, **kw: Any) -> SqliteStore:
     return store
 
 
-async def not_done_after(task: asyncio.Task[Any], seconds: float) -> bool:
-    await asyncio.sleep(seconds)
-    return not task.done()
-
-
 async def test_one_leader_and_immediate_takeover_after_release(tmp_path: Path, stores: list[SqliteStore]) -> None:
     path = tmp_path / "c.db"
     a = make(stores, path)
     b = make(stores, path)
     epoch_a = await asyncio.wait_for(a.acquire_leadership(), 5)
+    refused = refused_claims(b)
     waiting = asyncio.create_task(b.acquire_leadership())
-    assert await not_done_after(waiting, 0.5)  # the lease (10 s) is held and renewed
+    await eventually(lambda: len(refused) >= 3, "three refused claims")  # the lease (10 s) is held
+    assert not waiting.done()
 
     await a.commit(epoch_a, [put(1)])
     loop = asyncio.get_running_loop()
@@ -71,12 +71,15 @@ async def test_takeover_when_leader_stops_renewing(tmp_path: Path, stores: list[
     a = make(stores, path, lease_ttl=1.0, lease_renew=0.2)
     b = make(stores, path, lease_ttl=1.0, lease_renew=0.2)
     epoch_a = await a.acquire_leadership()
+    acquired = time.monotonic()
+    refused = refused_claims(b)
     waiting = asyncio.create_task(b.acquire_leadership())
-    assert await not_done_after(waiting, 1.5)  # renewals keep the lease alive past its TTL
+    # Renewals keep the lease alive past its TTL: a claim is still refused well after it.
+    await eventually(lambda: bool(refused) and refused[-1] > acquired + 1.5, "a refused claim past the TTL")
+    assert not waiting.done()
 
     # Freeze the leader's renewals, as if its process were paused.
-    assert a._renewer is not None
-    a._renewer.cancel()
+    a._lease.pause_renewals()
     epoch_b = await asyncio.wait_for(waiting, 5)
     assert epoch_b > epoch_a
     assert a.epoch == epoch_a  # the paused leader has not noticed yet ...
@@ -144,7 +147,7 @@ async def test_fresh_file_is_at_latest_version(tmp_path: Path, stores: list[Sqli
     path = tmp_path / "c.db"
     await make(stores, path).open()
     assert _versions(path) == list(range(1, schema.LATEST + 1))
-    assert schema.LATEST == 5
+    assert schema.LATEST == 6
 
 
 async def test_upgrade_from_version_1(tmp_path: Path, stores: list[SqliteStore]) -> None:
@@ -176,7 +179,7 @@ async def test_upgrade_from_version_1(tmp_path: Path, stores: list[SqliteStore])
 
     store = make(stores, path, shard="s1")
     rec = await store.recover(T0)
-    assert _versions(path) == [1, 2, 3, 4, 5]  # 3 changes nothing in SQLite (Postgres event log)
+    assert _versions(path) == [1, 2, 3, 4, 5, 6]  # 3 and 6 change nothing in SQLite (Postgres only)
     assert [(t.record.id, t.record.spec.key, t.record.spec.payload) for t in rec.tasks] == [(7, "legacy", {"v": 1})]
     assert [(r.spec.name, r.paused) for r in rec.recurring] == [("nightly", False)]
     conn = sqlite3.connect(path)

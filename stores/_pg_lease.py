@@ -1,0 +1,163 @@
+"""The Postgres side of the leader lease (``_lease.LeaseBackend`` for ``PostgresStore``).
+
+Two things make a Postgres leader: the session-level advisory lock, held by a dedicated lock
+session, and the lease row ``cronoq_lease`` (epoch, holder, the holder's session tag, expiry).
+The lock alone cannot tell a dead leader from a frozen one: a process stopped by SIGSTOP (or a
+frozen VM, a long pause) keeps its sessions, and the lock with them, because its kernel still
+answers TCP keepalives. The lease can: it is renewed over the lock session every
+``lease_renew`` and lasts ``lease_ttl``, both measured by the database's clock
+(``clock_timestamp()``), so skew between the hosts does not matter.
+
+A standby that finds the lock held and the lease expired ends every session of the stale holder:
+its lock session and its pooled data connections, found by ``application_name``, which carries
+the holder's tag (``cronoq-lock/<tag>``, ``cronoq/<tag>``). The expiry is checked in the same
+statement that ends them, so a lease renewed or taken over in between is left alone, and another
+holder's sessions (another tag) are never touched. The lock is then free; the standby takes it
+and increments the epoch, which fences whatever the old leader still tries to write.
+
+Ending sessions needs the right to signal them: the same role (all replicas normally connect as
+one role), or membership in ``pg_signal_backend``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import asyncpg
+
+if TYPE_CHECKING:
+    from .postgres import PostgresStore
+
+__all__ = ["PgLease", "lease_sql"]
+
+log = logging.getLogger("cronoq.stores.postgres")
+
+_PG_FAILURES = (OSError, asyncpg.InterfaceError, asyncpg.PostgresError, TimeoutError)
+_TERMINATE_WAITS_FROM = 140000  # pg_terminate_backend(pid, timeout) exists from Postgres 14
+
+
+class LeaseSql:
+    """The statements of the lease, for one schema (``s`` quoted)."""
+
+    def __init__(self, s: str) -> None:
+        self.bump = (
+            f"UPDATE {s}.cronoq_leader SET epoch = epoch + 1, holder = $1, acquired_at = now()"
+            " WHERE id = 1 RETURNING epoch"
+        )
+        self.take = (
+            f"INSERT INTO {s}.cronoq_lease AS l (id, epoch, holder, tag, expires_at)"
+            " VALUES (1, $1, $2, $3, clock_timestamp() + make_interval(secs => $4))"
+            " ON CONFLICT (id) DO UPDATE SET epoch = EXCLUDED.epoch, holder = EXCLUDED.holder,"
+            " tag = EXCLUDED.tag, expires_at = EXCLUDED.expires_at"
+        )
+        self.renew = (
+            f"UPDATE {s}.cronoq_lease SET expires_at = clock_timestamp() + make_interval(secs => $3)"
+            " WHERE id = 1 AND epoch = $1 AND holder = $2 AND expires_at > clock_timestamp() RETURNING 1"
+        )
+        # Ends the sessions of an expired holder, the expiry checked by the same statement: the
+        # tag, how many sessions were found, how many were ended.
+        stale = (
+            f"WITH stale AS (SELECT holder, tag FROM {s}.cronoq_lease"
+            " WHERE id = 1 AND expires_at <= clock_timestamp()),"
+            " victims AS (SELECT a.pid FROM pg_stat_activity a, stale WHERE a.pid <> pg_backend_pid()"
+            " AND a.application_name IN ('cronoq/' || stale.tag, 'cronoq-lock/' || stale.tag))"
+            " SELECT (SELECT holder FROM stale), (SELECT count(*) FROM victims),"
+        )
+        self.end_stale_waiting = stale + " (SELECT count(*) FROM victims WHERE pg_terminate_backend(pid, $1))"
+        self.end_stale = stale + " (SELECT count(*) FROM victims WHERE pg_terminate_backend(pid))"
+
+
+def lease_sql(s: str) -> LeaseSql:
+    return LeaseSql(s)
+
+
+class PgLease:
+    """Claims, renews and gives back the lease of one ``PostgresStore`` (see the module docstring)."""
+
+    def __init__(self, store: PostgresStore) -> None:
+        self.store = store
+        self.sql = LeaseSql(store._s)
+
+    async def claim(self) -> int | None:
+        from .postgres import _map_error
+
+        st = self.store
+        try:
+            conn = await st._lock_session()
+            got = await conn.fetchval("SELECT pg_try_advisory_lock($1)", st._key, timeout=st.session_timeout)
+            if not got and await self._end_expired_holder(conn):
+                got = await conn.fetchval("SELECT pg_try_advisory_lock($1)", st._key, timeout=st.session_timeout)
+            if not got:
+                return None
+            async with conn.transaction():
+                epoch = await conn.fetchval(self.sql.bump, st.holder, timeout=st.session_timeout)
+                await conn.execute(self.sql.take, epoch, st.holder, st.tag, st.lease_ttl, timeout=st.session_timeout)
+        except _PG_FAILURES as exc:
+            st._drop_lock_session()
+            raise _map_error(exc, "leader election") from exc
+        except BaseException:
+            st._drop_lock_session()
+            raise
+        return int(epoch)
+
+    async def _end_expired_holder(self, conn: Any) -> bool:
+        """End the sessions of a holder whose lease expired; True if any were ended."""
+        st = self.store
+        wait_ms = round(min(st.session_timeout, 5.0) * 1000)
+        if conn.get_server_version().major * 10000 >= _TERMINATE_WAITS_FROM:
+            row = await conn.fetchrow(self.sql.end_stale_waiting, wait_ms, timeout=st.session_timeout + 1)
+        else:
+            row = await conn.fetchrow(self.sql.end_stale, timeout=st.session_timeout)
+        holder, found, ended = row[0], int(row[1]), int(row[2])
+        if holder is None:
+            return False
+        if found == 0:
+            log.debug("the lease of %s on schema %s expired, but none of its sessions is left", holder, st.schema)
+            return False
+        log.warning(
+            "the lease of %s on schema %s expired while it held the leader lock (a frozen or paused process?);"
+            " ended %d of its %d database sessions to take over",
+            holder,
+            st.schema,
+            ended,
+            found,
+        )
+        return ended > 0
+
+    async def renew(self, epoch: int) -> bool:
+        from .postgres import _map_error
+
+        st = self.store
+        conn = st._lock_conn
+        try:
+            if conn is None or conn.is_closed():
+                conn = await self._reclaim()
+                if conn is None:
+                    return False
+            renewed = await conn.fetchval(self.sql.renew, epoch, st.holder, st.lease_ttl, timeout=st.session_timeout)
+        except _PG_FAILURES as exc:
+            if conn is not None and conn.is_closed():
+                st._lock_conn = None
+            raise _map_error(exc, "lease renewal") from exc
+        return bool(renewed)
+
+    async def _reclaim(self) -> Any:
+        """A new lock session holding the lock again, or None when another session holds it.
+        (The renewal that follows checks that the epoch and the lease are still ours: then
+        nobody led in between, and a short outage cost no failover.)"""
+        st = self.store
+        st._lock_conn = None
+        conn = await st._lock_session()
+        got = await conn.fetchval("SELECT pg_try_advisory_lock($1)", st._key, timeout=st.session_timeout)
+        if not got:
+            st._drop_lock_session()
+            return None
+        log.warning("postgres lock session of schema %s restored", st.schema)
+        return conn
+
+    async def release(self, epoch: int) -> None:
+        """Closing the lock session (the store does it) frees the lock; the row needs nothing."""
+
+    def dropped(self, epoch: int) -> None:
+        self.store._drop_lock_session()
