@@ -6,19 +6,22 @@ placement learns the new one from that refusal and retries once."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 from cronoq.stores.placements import advance_placement
+from cronoq.stores.postgres import PostgresStore
 from cronoq.stores.sqlite import SqliteStore
 
 from cronoq.client import Lease, Worker
 from cronoq.proto import cronoq_pb2 as pb
 from cronoq.proto import cronoq_pb2_grpc as pbg
 from tests.cli.conftest import Cli
-from tests.federation.conftest import Node, free_port
+from tests.federation.conftest import Node, _drop_schemas, free_port
 from tests.server.harness import (
     ADMIN_TOKEN,
     CLIENT_TOKEN,
@@ -34,7 +37,7 @@ ADMIN = (("authorization", f"Bearer {ADMIN_TOKEN}"),)
 SHARDS = ("s1", "s2", "s3")
 
 
-def config(directory: Path, ports: dict[str, int]) -> str:
+def config(store: str, ports: dict[str, int]) -> str:
     shards = "".join(
         f'[[shards]]\nname = "{name}"\nnumber = {number}\npools = [{pools}]\n'
         f'endpoint = "http://127.0.0.1:{ports[name]}"\n\n'
@@ -48,9 +51,7 @@ grpc_addr = "127.0.0.1:{{port}}"
 http_addr = "127.0.0.1:{{http_port}}"
 shutdown_grace_s = 1
 
-[store]
-kind = "sqlite"
-path = "{directory}/{{shard}}.db"
+{store}
 
 {TOKENS_TOML}
 [[pools]]
@@ -71,21 +72,55 @@ name = "p4"
 {shards}"""
 
 
+class Stores:
+    """Where the shards keep their state: SQLite files, or one Postgres schema per shard."""
+
+    def __init__(self, kind: str, directory: Path, dsn: str) -> None:
+        self.kind, self.directory, self.dsn = kind, directory, dsn
+        self.prefix = f"cronoq_pl{uuid.uuid4().hex[:10]}"
+
+    @property
+    def section(self) -> str:
+        if self.kind == "sqlite":
+            return f'[store]\nkind = "sqlite"\npath = "{self.directory}/{{shard}}.db"'
+        return f'[store]\nkind = "postgres"\nurl = "{self.dsn}"\nschema = "{self.prefix}_{{shard}}"'
+
+    def place(self, shard: str, pool: str, owner: str, version: int) -> None:
+        """Write a placement into ``shard``'s record, as a move does."""
+        store: Any = (
+            SqliteStore(self.directory / f"{shard}.db")
+            if self.kind == "sqlite"
+            else PostgresStore(self.dsn, schema=f"{self.prefix}_{shard}")
+        )
+        assert asyncio.run(advance_placement(store, pool, owner, version))
+
+    def drop(self) -> None:
+        if self.kind == "postgres":
+            _drop_schemas(self.dsn, self.prefix)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def stores(request: pytest.FixtureRequest, tmp_path: Path, postgres_dsn: str) -> Iterator[Stores]:
+    chosen = Stores(request.param, tmp_path, postgres_dsn)
+    yield chosen
+    chosen.drop()
+
+
 @pytest.fixture
-def nodes(tmp_path: Path) -> Iterator[dict[str, Node]]:
-    """s1 serves ``default`` (and ``other``, which the harness's scoped tokens name), s2 ``p2`` and ``p4``, s3 ``p3`` by
-    the file; then p2's placement is moved to s1
-    (version 2) in the records of s1 and s2, as a finished move leaves them, and those two are
-    restarted. s3 was not told: its record still has the file's placement."""
+def nodes(tmp_path: Path, stores: Stores) -> Iterator[dict[str, Node]]:
+    """s1 serves ``default`` (and ``other``, which the harness's scoped tokens name), s2 ``p2`` and
+    ``p4``, s3 ``p3`` by the file; then p2's placement is moved to s1 (version 2) in the records of
+    s1 and s2, as a finished move leaves them, and those two are restarted. s3 was not told: its
+    record still has the file's placement."""
     ports = {name: free_port() for name in SHARDS}
-    text = config(tmp_path, ports)
+    text = config(stores.section, ports)
     started = {name: Node(tmp_path, text, name, ports[name], free_port(), name) for name in SHARDS}
     try:
         for node in started.values():
             node.start()
         for name in ("s1", "s2"):
             started[name].stop()
-            assert asyncio.run(advance_placement(SqliteStore(tmp_path / f"{name}.db"), "p2", "s1", 2))
+            stores.place(name, "p2", "s1", 2)
             started[name].start()
         yield started
     finally:
@@ -189,3 +224,36 @@ def test_a_pool_scoped_caller_sees_only_its_pools_placements(nodes: dict[str, No
     assert pools == {"other"}
     assert all(not shard["topology_differences"] for shard in answer["shards"])  # they are about p2
     assert answer["disagreements"] == []
+
+
+def test_a_standby_that_takes_over_reads_the_placements_as_they_are_then(tmp_path: Path, stores: Stores) -> None:
+    """The record is read by each new leader, not when the process started: a standby started
+    before p2 moved away serves without p2 once it leads."""
+    ports = {name: free_port() for name in SHARDS}
+    text = config(stores.section, ports)
+    s1 = Node(tmp_path, text, "s1", ports["s1"], free_port(), "s1")
+    s2a = Node(tmp_path, text, "s2", ports["s2"], free_port(), "s2a")
+    s2b = Node(tmp_path, text, "s2", free_port(), free_port(), "s2b")
+    try:
+        s1.start()
+        s2a.start()
+        s2b.start(expect="standby")
+        stores.place("s2", "p2", "s1", 2)  # while s2a leads and s2b stands by
+        s2a.kill()
+        s2b.wait_for("listening")
+        assert "the durable record (version 2) on shard 's1'" in s2b.stderr()
+
+        async def calls() -> None:
+            async with grpc.aio.insecure_channel(s2b.address) as channel:
+                stub = pbg.TasksStub(channel)
+                here = (*CLIENT, ("cronoq-forwarded", "1"))  # answered by s2b itself
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await stub.Submit(pb.SubmitRequest(task=pb.TaskSpec(pool="p2")), metadata=here)
+                assert dict(refused.value.trailing_metadata() or ())["cronoq-topology-version"] == "2"
+                kept = await stub.Submit(pb.SubmitRequest(task=pb.TaskSpec(pool="p4")), metadata=here)
+                assert kept.id >> SHARD_BITS == 2
+
+        asyncio.run(calls())
+    finally:
+        for node in (s1, s2a, s2b):
+            node.kill()
