@@ -17,7 +17,9 @@ from cronoq.config import Config
 
 __all__ = [
     "FIRST_VERSION",
+    "MOVED_KEY",
     "POOL_KEY",
+    "SHARD_KEY",
     "VERSION_KEY",
     "Placement",
     "Topology",
@@ -34,6 +36,8 @@ VERSION_KEY = "cronoq-topology-version"
 POOL_KEY = "cronoq-pool"
 """Refusal metadata: the pool the refusal is about."""
 SHARD_KEY = "cronoq-shard"
+MOVED_KEY = "cronoq-task-moved"
+"""Refusal metadata: the id of a task that moved with its pool to the shard in ``cronoq-shard``."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,7 +37,7 @@ from typing import Any, Protocol, TypeVar
 
 import grpc
 from cronoq.cluster.peers import Peer, PeerChannels
-from cronoq.cluster.topology import Topology, stale_placement
+from cronoq.cluster.topology import MOVED_KEY, SHARD_KEY, Topology, stale_placement
 from cronoq.config import Config, Role, ShardSection
 
 from cronoq.proto import console_pb2 as cpb
@@ -141,6 +141,9 @@ class LocalApi(Protocol):
                        ) -> Awaitable[pb.ListRecurringResponse]: ...  # fmt: skip
     def list_shards(self, principal: Any, request: pb.Empty) -> Awaitable[cpb.ListShardsResponse]: ...
     def list_schedules(self, principal: Any, request: pb.Empty) -> Awaitable[cpb.ListSchedulesResponse]: ...
+    def move_pool(self, principal: Any, request: cpb.MovePoolRequest) -> Awaitable[cpb.MoveStatus]: ...
+    def get_move(self, principal: Any, request: cpb.MoveRequest) -> Awaitable[cpb.MoveStatus]: ...
+    def abort_move(self, principal: Any, request: cpb.MoveRequest) -> Awaitable[cpb.MoveStatus]: ...
     def pause_schedule(self, principal: Any, request: cpb.ScheduleRequest) -> Awaitable[cpb.ScheduleResponse]: ...
     def resume_schedule(self, principal: Any, request: cpb.ScheduleRequest) -> Awaitable[cpb.ScheduleResponse]: ...
 
@@ -175,6 +178,7 @@ class Router:
         self.streams = ForwardStreams(self.limits.max_message_bytes)
         self._all_pools = frozenset(pool.name for pool in config.pools)
         self._by_number = {shard.number: shard for shard in config.shards}
+        self._by_name = {shard.name: shard for shard in config.shards}
         self._ordered = sorted(config.shards, key=lambda shard: shard.number)
         self._traceparent = traceparent
         self._console_stubs: dict[int, tuple[Any, Any]] = {}  # per peer channel
@@ -402,11 +406,24 @@ class Router:
         if _by_key(request.task):
             _, found = await self._find_key(caller, request.task.key, cancelling=False)
             return found
-        peer = self._peer_by_id(caller, request.task.id)
-        if peer is None:
-            return await self.local.get(caller, request)
-        info: pb.TaskInfo = await self._forward(peer, "tasks", "Get", request, caller, self.limits.request_timeout_s)
-        return info
+        return await self._at_task_shard(
+            caller, request.task.id, partial(self.local.get, caller, request),
+            lambda peer: self._forward(peer, "tasks", "Get", request, caller, self.limits.request_timeout_s),
+        )  # fmt: skip
+
+    async def _at_task_shard(self, caller: Caller, task_id: int, local: Callable[[], Awaitable[_R]],
+                             remote: Callable[[Peer], Awaitable[_R]]) -> _R:  # fmt: skip
+        """A call about task ``task_id``, answered by the shard of its id; once more where that
+        shard says the task moved with its pool (``cronoq-task-moved``)."""
+        peer = self._peer_by_id(caller, task_id)
+        try:
+            return await (local() if peer is None else remote(peer))
+        except Exception as exc:
+            moved = _moved_shard(exc)
+            if moved is None or moved not in self._by_name:
+                raise
+        peer = self._peer_for(caller, self._by_name[moved], f"task {task_id}")
+        return await (local() if peer is None else remote(peer))
 
     def _peer_by_id(self, caller: Caller, task_id: int) -> Peer | None:
         shard = self._shard_of_id(task_id)
@@ -418,15 +435,18 @@ class Router:
         if self._local_only(caller) or _malformed(request.task):
             return await self.local.wait(caller, request)  # the local API explains what is wrong
         caller.require(Role.CLIENT)
+        timeout = self._wait_timeout(request.timeout_s if request.HasField("timeout_s") else None)
         if _by_key(request.task):
             shard, info = await self._find_key(caller, request.task.key, cancelling=False)
             request = _with_id(request, info.id)
             peer = None if shard.name == self.local_name else self.peers.peer(shard.name)
         else:
-            peer = self._peer_by_id(caller, request.task.id)
+            return await self._at_task_shard(
+                caller, request.task.id, partial(self.local.wait, caller, request),
+                lambda peer: self._forward(peer, "tasks", "Wait", request, caller, timeout),
+            )  # fmt: skip
         if peer is None:
             return await self.local.wait(caller, request)
-        timeout = self._wait_timeout(request.timeout_s if request.HasField("timeout_s") else None)
         result: pb.TaskResult = await self._forward(peer, "tasks", "Wait", request, caller, timeout)
         return result
 
@@ -439,7 +459,10 @@ class Router:
             request = pb.CancelRequest(task=pb.TaskRef(id=info.id))
             peer = None if shard.name == self.local_name else self.peers.peer(shard.name)
         else:
-            peer = self._peer_by_id(caller, request.task.id)
+            return await self._at_task_shard(
+                caller, request.task.id, partial(self.local.cancel, caller, request),
+                lambda peer: self._forward(peer, "tasks", "Cancel", request, caller, self.limits.request_timeout_s),
+            )  # fmt: skip
         if peer is None:
             return await self.local.cancel(caller, request)
         response: pb.CancelResponse = await self._forward(peer, "tasks", "Cancel", request, caller,
@@ -571,7 +594,11 @@ class Router:
             request = pb.GetRequest(task=pb.TaskRef(id=info.id))
             peer = None if shard.name == self.local_name else self.peers.peer(shard.name)
         else:
-            peer = self._peer_by_id(caller, request.task.id)
+            return await self._at_task_shard(
+                caller, request.task.id, partial(self.local.task_detail, caller, request),
+                lambda peer: self._forward(peer, "console", "GetTaskDetail", request, caller,
+                                           self.limits.request_timeout_s),
+            )  # fmt: skip
         if peer is None:
             return await self.local.task_detail(caller, request)
         detail: cpb.TaskDetail = await self._forward(peer, "console", "GetTaskDetail", request, caller,
@@ -765,6 +792,35 @@ class Router:
     async def resume_schedule(self, caller: Caller, request: cpb.ScheduleRequest) -> cpb.ScheduleResponse:
         return await self._switch_schedule(caller, request, "ResumeSchedule", self.local.resume_schedule)
 
+    # ------------------------------------------------------------------------------ Pool moves
+
+    async def move_pool(self, caller: Caller, request: cpb.MovePoolRequest) -> cpb.MoveStatus:
+        """To the shard serving the pool (docs/pool-moves.md)."""
+        return await self._on_pool(caller, request.pool, "MovePool", self.local.move_pool, request, Role.ADMIN)
+
+    async def get_move(self, caller: Caller, request: cpb.MoveRequest) -> cpb.MoveStatus:
+        return await self._on_pool(caller, request.pool, "GetMove", self.local.get_move, request, Role.METRICS)
+
+    async def abort_move(self, caller: Caller, request: cpb.MoveRequest) -> cpb.MoveStatus:
+        return await self._on_pool(caller, request.pool, "AbortMove", self.local.abort_move, request, Role.ADMIN)
+
+    async def _on_pool(self, caller: Caller, pool: str, method: str, local: Callable[[Any, Any], Awaitable[_R]],
+                       request: Any, role: Role) -> _R:  # fmt: skip
+        """A console call about ``pool``, answered by the shard serving it."""
+        if self._local_only(caller):
+            return await local(caller, request)
+        caller.require(role)
+        self._check_pool(caller, pool)
+
+        async def once() -> _R:
+            peer = self._peer_for(caller, self._shard_of_pool(pool), f"pool {pool!r}")
+            if peer is None:
+                return await local(caller, request)
+            answer: _R = await self._forward(peer, "console", method, request, caller, self.limits.request_timeout_s)
+            return answer
+
+        return await self._retrying(once)
+
     async def _switch_schedule(self, caller: Caller, request: cpb.ScheduleRequest, method: str,
                                local: Callable[[Any, Any], Awaitable[cpb.ScheduleResponse]]
                                ) -> cpb.ScheduleResponse:  # fmt: skip
@@ -772,6 +828,14 @@ class Router:
             return await local(caller, request)
         found = await self._on_schedule(caller, request, "console", method, local, lambda answer: answer.found)
         return cpb.ScheduleResponse(found=found)
+
+
+def _moved_shard(exc: BaseException) -> str | None:
+    """The shard a refusal says a task moved to with its pool (``cronoq-task-moved``), if it is one."""
+    if status_of(exc) is not Status.FAILED_PRECONDITION:
+        return None
+    metadata = dict((key, value) for key, value in getattr(exc, "metadata", ()) if isinstance(value, str))
+    return metadata.get(SHARD_KEY) if MOVED_KEY in metadata else None
 
 
 def _by_key(ref: pb.TaskRef) -> bool:

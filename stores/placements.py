@@ -15,12 +15,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 from .base import Corrupt, Unavailable
 
-__all__ = ["Placements", "advance_placement", "load_placements"]
+__all__ = ["Placements", "advance_placement", "load_placements", "placement_reader", "read_placements"]
 
 Placements = dict[str, tuple[str, int]]
 """pool -> (shard, version)"""
@@ -72,6 +72,58 @@ async def load_placements(store: Any, seed: Mapping[str, tuple[str, int]]) -> Pl
     if isinstance(store, PostgresStore):
         return await _pg_load(store, dict(seed))
     raise TypeError(f"{type(store).__name__} keeps no durable placements")
+
+
+async def read_placements(store: Any) -> Placements:
+    """The placements ``store`` holds, without seeding (empty when it keeps none yet)."""
+    from .postgres import PostgresStore, quote_schema
+    from .sqlite import SqliteStore
+
+    if isinstance(store, SqliteStore):
+        return await asyncio.to_thread(_sqlite_read, str(store.path))
+    if isinstance(store, PostgresStore):
+        s = quote_schema(store.schema)
+        async with _pg_connection(store) as conn:
+            if await conn.fetchval("SELECT to_regclass($1)", f"{s}.cronoq_topology") is None:
+                return {}
+            rows = await conn.fetch(f"SELECT pool, shard, version FROM {s}.cronoq_topology")
+        return _checked([(row["pool"], row["shard"], row["version"]) for row in rows])
+    raise TypeError(f"{type(store).__name__} keeps no durable placements")
+
+
+@contextlib.asynccontextmanager
+async def placement_reader(store: Any) -> AsyncIterator[Callable[[], Awaitable[Placements]]]:
+    """``read_placements`` for frequent reads: on Postgres over one connection kept open."""
+    from .postgres import PostgresStore, quote_schema
+
+    if not isinstance(store, PostgresStore):
+        yield lambda: read_placements(store)
+        return
+    s = quote_schema(store.schema)
+    async with _pg_connection(store) as conn:
+
+        async def read() -> Placements:
+            if await conn.fetchval("SELECT to_regclass($1)", f"{s}.cronoq_topology") is None:
+                return {}
+            rows = await conn.fetch(f"SELECT pool, shard, version FROM {s}.cronoq_topology")
+            return _checked([(row["pool"], row["shard"], row["version"]) for row in rows])
+
+        yield read
+
+
+def _sqlite_read(path: str) -> Placements:
+    try:
+        conn = _sqlite_connect(path)
+        try:
+            if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'cronoq_topology'").fetchone():
+                rows = conn.execute("SELECT pool, shard, version FROM cronoq_topology").fetchall()
+            else:
+                rows = []
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        raise Unavailable(f"reading the pool placements: {exc}") from exc
+    return _checked(rows)
 
 
 async def advance_placement(store: Any, pool: str, shard: str, version: int) -> bool:

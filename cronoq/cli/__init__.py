@@ -57,7 +57,7 @@ def _run(args: argparse.Namespace) -> Exit:
         if args.command == "admin":
             from . import admin
 
-            return {"topology": admin.topology}[args.admin_command](args, conn, out)
+            return {"topology": admin.topology, "move-pool": admin.move_pool}[args.admin_command](args, conn, out)
         name = f"schedule {args.schedule_command}" if args.command == "schedule" else args.command
         return commands.COMMANDS[name](args, conn, out)
 

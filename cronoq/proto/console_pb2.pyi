@@ -140,3 +140,39 @@ class ScheduleResponse(_message.Message):
     FOUND_FIELD_NUMBER: _ClassVar[int]
     found: bool
     def __init__(self, found: _Optional[bool] = ...) -> None: ...
+
+class MovePoolRequest(_message.Message):
+    __slots__ = ("pool", "to")
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    TO_FIELD_NUMBER: _ClassVar[int]
+    pool: str
+    to: str
+    def __init__(self, pool: _Optional[str] = ..., to: _Optional[str] = ...) -> None: ...
+
+class MoveRequest(_message.Message):
+    __slots__ = ("pool",)
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    pool: str
+    def __init__(self, pool: _Optional[str] = ...) -> None: ...
+
+class MoveStatus(_message.Message):
+    __slots__ = ("pool", "shard", "placement_version", "move_id", "target", "version", "phase", "message", "updated_unix_ns")
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    MOVE_ID_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
+    pool: str
+    shard: str
+    placement_version: int
+    move_id: str
+    target: str
+    version: int
+    phase: str
+    message: str
+    updated_unix_ns: int
+    def __init__(self, pool: _Optional[str] = ..., shard: _Optional[str] = ..., placement_version: _Optional[int] = ..., move_id: _Optional[str] = ..., target: _Optional[str] = ..., version: _Optional[int] = ..., phase: _Optional[str] = ..., message: _Optional[str] = ..., updated_unix_ns: _Optional[int] = ...) -> None: ...
