@@ -267,3 +267,41 @@ async def test_moves_that_would_split_dependencies_or_break_rules_are_refused(cl
         # Nothing moved: the child is still s1's, waiting.
         info = await tasks.Get(pb.GetRequest(task=pb.TaskRef(id=child)), metadata=(*CLIENT, *HERE))
         assert info.pool == "p1" and info.status == pb.TASK_STATUS_BLOCKED
+
+
+async def test_a_move_is_finished_by_the_next_leaders_when_both_are_killed_mid_way(cluster: dict[str, Node]) -> None:
+    """Both leaders die (SIGKILL) right after the move is recorded, wherever the source had got:
+    the restarted ones finish it, the pool ends on one shard, and every task is there once."""
+    runs = Runs()
+    async with grpc.aio.insecure_channel(cluster["s1"].address) as channel:
+        tasks, console = pbg.TasksStub(channel), cpbg.ConsoleStub(channel)  # type: ignore[no-untyped-call]
+        ids = [await submit_retrying(tasks, pb.TaskSpec(pool="p1", key=f"c{i}")) for i in range(30)]
+        status = await console.MovePool(cpb.MovePoolRequest(pool="p1", to="s2"), metadata=ADMIN)
+        assert status.phase == "requested"
+    for node in cluster.values():
+        node.kill()
+    for node in cluster.values():
+        node.start()
+    async with grpc.aio.insecure_channel(cluster["s1"].address) as channel:
+        tasks, console = pbg.TasksStub(channel), cpbg.ConsoleStub(channel)  # type: ignore[no-untyped-call]
+        for _ in range(600):
+            with contextlib.suppress(grpc.aio.AioRpcError):
+                status = await console.GetMove(cpb.MoveRequest(pool="p1"), metadata=ADMIN)
+                if status.shard == "s2":
+                    break
+            await asyncio.sleep(0.05)
+        assert status.shard == "s2" and status.placement_version == 2
+        worker = Worker(cluster["s1"].address, "p1", runs.handler, slots=4, token=WORKER_TOKEN, backoff=(0.05, 0.3))
+        running = asyncio.ensure_future(worker.run())
+        try:
+            for task_id in ids:
+                assert (await wait_done(tasks, task_id)).status == pb.TASK_STATUS_SUCCEEDED
+            for i, task_id in enumerate(ids):
+                assert (await tasks.Get(pb.GetRequest(task=pb.TaskRef(key=f"c{i}")), metadata=CLIENT)).id == task_id
+        finally:
+            await worker.stop(grace=0)
+            running.cancel()
+    assert sorted(task_id for task_id, _ in runs.count) == sorted(ids)
+    assert max(runs.count.values()) == 1
+    text = Cli(cluster["s1"].address).ok("admin", "topology", token=METRICS_TOKEN)
+    assert "p1@2" in text and "disagreement" not in text
