@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test fuzz run bench bench-history bench-peers lint typecheck venv clean image deploy-check
+.PHONY: test fuzz chaos run bench bench-history bench-peers lint typecheck venv clean image deploy-check
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,10 +41,16 @@ deploy-check: $(STAMP)
 # The fuzz tests with many more examples (CRONOQ_FUZZ=long multiplies the short runs of `make test`
 # by CRONOQ_FUZZ_SCALE, default 40; tests/fuzz/budget.py). FUZZ_TESTS lists what runs; property tests
 # elsewhere take the same switch through tests.fuzz.budget.examples().
-FUZZ_TESTS ?= tests/fuzz
+FUZZ_TESTS ?= tests/fuzz tests/engine/test_properties.py tests/engine/test_bounds.py tests/conformance/test_extreme_values.py
 fuzz: $(STAMP)
 	bash scripts/ensure_postgres.sh
 	CRONOQ_FUZZ=long $(PY) -m pytest -q -s $(FUZZ_TESTS)
+
+# The failover drills (README "Failover drills"): CHAOS_ARGS passes options, e.g.
+# make chaos CHAOS_ARGS="leader-kill --runs 20 --store postgres --report chaos-report".
+CHAOS_ARGS ?= all --runs 1 --report chaos-report
+chaos: $(STAMP)
+	$(PY) -m cronoq.chaos run $(CHAOS_ARGS)
 
 # A 2-shard x 2-replica cluster on SQLite in a temporary folder, with workers and a burst of
 # forwarded tasks; serves until Ctrl-C (the embedded tour: $(PY) -m cronoq.demo_embedded).

@@ -164,10 +164,15 @@ class Cluster:
             "Every server of the cluster reads this file, started with --shard NAME and its own\n"
             "--grpc-addr / --http-addr (see logs/). Tokens come from tokens.env."
         )
-        self.config_path.write_text(render_config(options, plans, state_dir=self.state_dir, comment=comment))
+        # Each replica's ports are chosen now and kept across restarts, so the configuration can
+        # list the replicas ([[shards]] replicas) and the console's overview show them.
+        taken: set[int] = set()
+        ports = {plan.name: [self._replica_ports(plan, taken) for _ in range(options.replicas)] for plan in plans}
+        listed = {name: [f"http://{HOST}:{grpc_port}" for grpc_port, _ in pairs] for name, pairs in ports.items()}
+        self.config_path.write_text(render_config(options, plans, state_dir=self.state_dir, comment=comment,
+                                                  replicas=listed))  # fmt: skip
         env = self._server_env()
         for plan in plans:
-            fixed = None if options.proxy else (plan.grpc_port, plan.http_port)
             replicas = [
                 Replica(
                     plan.name,
@@ -175,7 +180,7 @@ class Cluster:
                     config_path=self.config_path,
                     log_dir=self.state_dir / "logs",
                     env=env,
-                    fixed_ports=fixed,
+                    fixed_ports=ports[plan.name][index - 1],
                 )
                 for index in range(1, options.replicas + 1)
             ]
@@ -291,6 +296,19 @@ class Cluster:
                 self._write_state()
 
         return changed
+
+    def _replica_ports(self, plan: ShardPlan, taken: set[int]) -> tuple[int, int]:
+        """(gRPC, HTTP) ports of one replica: free ones not ``taken`` yet, or the shard's own
+        without a proxy."""
+        if not self.options.proxy:
+            return plan.grpc_port, plan.http_port
+        pair: list[int] = []
+        while len(pair) < 2:
+            port = free_port()
+            if port not in taken:
+                taken.add(port)
+                pair.append(port)
+        return pair[0], pair[1]
 
     def _replica_restarted(self, replica: Replica) -> None:
         # Record the new pid, so `status` and `down` know the process that now runs.

@@ -78,6 +78,9 @@ class ClusterOptions:
     """Each pool's ``max``: the autoscaler's bound and the most slots one worker is granted."""
     limits: Mapping[str, int | float] = field(default_factory=dict)
     """Extra ``[limits]`` keys, written as given (the server validates them)."""
+    pool_settings: Mapping[str, int | float] = field(default_factory=dict)
+    """Extra keys of every ``[[pools]]`` entry (e.g. ``lease_ttl_s`` for the chaos drills), written
+    as given (the server validates them)."""
     shutdown_grace_s: float = 2.0
     """``server.shutdown_grace_s``: short, since a local cluster is stopped by hand."""
     server_env: Mapping[str, str] = field(default_factory=dict)
@@ -166,9 +169,11 @@ def _toml_value(value: int | float) -> str:
     return repr(value)
 
 
-def render_config(options: ClusterOptions, shards: Sequence[ShardPlan], *, state_dir: Path, comment: str) -> str:
+def render_config(options: ClusterOptions, shards: Sequence[ShardPlan], *, state_dir: Path, comment: str,
+                  replicas: Mapping[str, Sequence[str]] | None = None) -> str:  # fmt: skip
     """The one TOML file every server of the cluster reads. It names no listener addresses: each
-    replica gets its own with ``--grpc-addr`` / ``--http-addr`` (and its shard with ``--shard``)."""
+    replica gets its own with ``--grpc-addr`` / ``--http-addr`` (and its shard with ``--shard``).
+    ``replicas``: each shard's replica endpoints, listed so the console shows them."""
     lines = [f"# {line}" if line else "#" for line in comment.splitlines()]
     lines += [
         "",
@@ -197,7 +202,9 @@ def render_config(options: ClusterOptions, shards: Sequence[ShardPlan], *, state
         lines.append("")
     for shard in shards:
         for pool in shard.pools:
-            lines += ["[[pools]]", f'name = "{pool}"', f"max = {options.pool_max}", ""]
+            lines += ["[[pools]]", f'name = "{pool}"', f"max = {options.pool_max}"]
+            lines += [f"{key} = {_toml_value(value)}" for key, value in sorted(options.pool_settings.items())]
+            lines.append("")
     for shard in shards:
         pools = ", ".join(f'"{pool}"' for pool in shard.pools)
         lines += [
@@ -206,6 +213,11 @@ def render_config(options: ClusterOptions, shards: Sequence[ShardPlan], *, state
             f"number = {shard.number}",
             f"pools = [{pools}]",
             f'endpoint = "{shard.endpoint}"',
+        ]
+        listed = (replicas or {}).get(shard.name)
+        if listed:
+            lines.append(f"replicas = [{', '.join(_toml_str(endpoint) for endpoint in listed)}]")
+        lines += [
             "",
         ]
     return "\n".join(lines)

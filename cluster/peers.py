@@ -68,17 +68,36 @@ class PeerChannels:
         ]
         self._peers = {shard.name: Peer(shard, self._refusal(shard)) for shard in config.peers()}
         self._credentials: grpc.ChannelCredentials | None = None
+        self._replicas: dict[str, Any] = {}  # endpoint -> channel
 
     def _refusal(self, shard: ShardSection) -> str | None:
-        parts = urlsplit(shard.endpoint)
+        if self._plain_to_another_host(shard.endpoint):
+            return (
+                f"shard {shard.name!r} has a plain http:// endpoint on another host; callers' tokens are not "
+                f"forwarded there unencrypted (server.insecure_peer_http allows it on trusted networks)"
+            )
+        return None
+
+    def _plain_to_another_host(self, endpoint: str) -> bool:
+        parts = urlsplit(endpoint)
         if parts.scheme == "https" or self._config.server.insecure_peer_http:
-            return None
-        if is_loopback_host(parts.hostname or ""):
-            return None
-        return (
-            f"shard {shard.name!r} has a plain http:// endpoint on another host; callers' tokens are not "
-            f"forwarded there unencrypted (server.insecure_peer_http allows it on trusted networks)"
-        )
+            return False
+        return not is_loopback_host(parts.hostname or "")
+
+    def replica_channel(self, endpoint: str) -> Any:
+        """A channel to one replica of this node's shard (``[[shards]] replicas``), opened on first
+        use; ValueError when callers' tokens may not be sent there (plain http to another host)."""
+        channel = self._replicas.get(endpoint)
+        if channel is None:
+            if self._plain_to_another_host(endpoint):
+                raise ValueError("a plain http:// endpoint on another host: the caller's token is not sent there")
+            address, tls = endpoint_address(endpoint)
+            if tls:
+                channel = grpc.aio.secure_channel(address, self._tls(), options=self._options)
+            else:
+                channel = grpc.aio.insecure_channel(address, options=self._options)
+            self._replicas[endpoint] = channel
+        return channel
 
     def __contains__(self, name: str) -> bool:
         return name in self._peers
@@ -113,6 +132,9 @@ class PeerChannels:
         return self._credentials
 
     async def close(self) -> None:
+        replicas, self._replicas = list(self._replicas.values()), {}
+        for channel in replicas:
+            await channel.close()
         for peer in self._peers.values():
             if peer.channel is not None:
                 await peer.channel.close()

@@ -120,7 +120,11 @@ class LeaderProxy:
         self._port_of = port_of
         self._server: asyncio.Server | None = None
         self._pumps: set[asyncio.Task[None]] = set()
+        self._links: dict[asyncio.StreamWriter, tuple[int, asyncio.StreamWriter]] = {}
         self.connections = 0
+        self.refuse: Callable[[int], bool] | None = None
+        """A partition (chaos drills): connections from a loopback port it returns True for are
+        closed at once. ``cut`` ends the ones already open."""
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._accept, sock=self.sock)
@@ -135,8 +139,21 @@ class LeaderProxy:
             pump.cancel()
         await asyncio.gather(*self._pumps, return_exceptions=True)
 
+    def cut(self, refuse: Callable[[int], bool]) -> int:
+        """Close the open connections whose client's loopback port ``refuse`` picks; how many."""
+        victims = [(client, upstream) for client, (port, upstream) in self._links.items() if refuse(port)]
+        for client, upstream in victims:
+            client.close()
+            upstream.close()
+        return len(victims)
+
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
+        peer = writer.get_extra_info("peername")
+        peer_port = int(peer[1]) if peer else 0
+        if self.refuse is not None and self.refuse(peer_port):
+            writer.close()
+            return
         _no_delay(writer)
         upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
         leader = await self._watch.wait_leader(WAIT_FOR_LEADER_S)
@@ -150,6 +167,7 @@ class LeaderProxy:
             return
         up_reader, up_writer = upstream
         _no_delay(up_writer)
+        self._links[writer] = (peer_port, up_writer)
         tasks = [asyncio.ensure_future(_pump(reader, up_writer)), asyncio.ensure_future(_pump(up_reader, writer))]
         for task in tasks:
             self._pumps.add(task)
@@ -157,6 +175,7 @@ class LeaderProxy:
         try:
             await asyncio.gather(*tasks, return_exceptions=True)
         finally:
+            self._links.pop(writer, None)
             for end in (writer, up_writer):
                 end.close()
 

@@ -204,4 +204,8 @@ def _resource(res: ResourceSection) -> list[tuple[str, Value | None]]:
 
 
 def _shard(shard: ShardSection) -> list[tuple[str, Value | None]]:
-    return [("name", shard.name), ("number", shard.number), ("pools", shard.pools), ("endpoint", shard.endpoint)]
+    fields: list[tuple[str, Value | None]] = [("name", shard.name), ("number", shard.number), ("pools", shard.pools),
+                                              ("endpoint", shard.endpoint)]  # fmt: skip
+    if shard.replicas:
+        fields.append(("replicas", shard.replicas))
+    return fields

@@ -498,6 +498,7 @@ class _Reader:
                     number=t.req_int("number", "1 to 255, the top 8 bits of its task ids"),
                     pools=pools or (),
                     endpoint=t.req_str("endpoint", "http(s)://host:port of the shard's gRPC listener"),
+                    replicas=t.opt_strs("replicas") or (),
                 )
             )
 

@@ -233,6 +233,10 @@ class LimitsConfig:
     max_concurrent_requests_per_caller: int = 256
     """Requests in flight at once for one credential (or one tenant, when the credential pins
     one), so a single caller cannot take every ``max_concurrent_requests`` slot."""
+    max_streams_per_caller: int = 1024
+    """Streams open at once for one credential (or pinned tenant): Watch (gRPC and gRPC-Web),
+    Workers.Work and the Peers.Forward streams other nodes open with it; RESOURCE_EXHAUSTED past
+    it. A fleet of more workers than this sharing one token needs a higher value."""
     header_timeout_s: float = 10.0
     """Time a connection gets to deliver a complete request head (HTTP/1.1), its first request
     (HTTP/2) or its TLS and HTTP/2 handshake (gRPC); it is closed past that."""
@@ -243,8 +247,9 @@ class LimitsConfig:
     max_headers: int = 100
     """Most header fields in one HTTP request."""
     max_stream_resets_per_s: int = 100
-    """Stream resets, pings and SETTINGS frames one HTTP/2 connection of the gateway may send per
-    second (with a burst of as many); past it the connection gets GOAWAY and is closed."""
+    """Stream resets, pings and SETTINGS frames one HTTP/2 connection of the gateway (or a native
+    gRPC one through the gRPC-Web front) may send per second (with a burst of as many); past it
+    the connection gets GOAWAY and is closed. grpcio alone has no such rate."""
     write_stall_timeout_s: float = 30.0
     """An HTTP answer that cannot be written for this long, because the client does not read
     (a full socket buffer or an HTTP/2 window at zero), is abandoned and its stream or
@@ -426,6 +431,9 @@ class ShardSection:
     pools: tuple[str, ...]
     endpoint: str
     """``http(s)://host:port`` of the shard's gRPC listener (its leader, behind a Service)."""
+    replicas: tuple[str, ...] = ()
+    """``http(s)://host:port`` of each replica's own gRPC listener, for the console's overview
+    (optional; the leader asks each whether it leads or stands by)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -115,6 +115,7 @@ _LIMIT_FLOORS: dict[str, int] = {
     "max_list": 1,
     "max_connections": 1,
     "max_concurrent_requests_per_caller": 1,
+    "max_streams_per_caller": 1,
     "max_header_bytes": 1024,
     "max_headers": 8,
     "max_stream_resets_per_s": 1,
@@ -124,6 +125,7 @@ _LIMIT_CEILINGS: dict[str, int] = {
     "max_concurrent_streams": U32,
     "max_slots_per_worker": U32,
     "max_connections": U32,
+    "max_streams_per_caller": U32,
     "max_header_bytes": U32,
     "max_headers": U32,
     "max_stream_resets_per_s": U32,
@@ -463,6 +465,9 @@ class _Checker:
                 endpoints.append((f"{base}.endpoint", shard.endpoint.rstrip("/").lower()))
             else:
                 self.add(f"{base}.endpoint", f"invalid endpoint {shard.endpoint!r}: {problem}")
+            for position, replica in enumerate(shard.replicas):
+                if (problem := check_endpoint(replica)) is not None:
+                    self.add(f"{base}.replicas[{position}]", f"invalid endpoint {replica!r}: {problem}")
             if not shard.pools:
                 self.add(f"{base}.pools", "a shard must serve at least one pool")
             for position, served in enumerate(shard.pools):

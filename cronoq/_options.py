@@ -512,6 +512,11 @@ class Task:
             raise InvalidTaskOption(err.message) from None
         self._spec = spec
 
+    @property
+    def bare(self) -> bool:
+        """Whether the task is a bare payload (no option was given)."""
+        return not self._options
+
     def to_spec(self, now: int, *, trace: bool = True) -> et.TaskSpec:
         """The engine spec of this task, with relative times counted from ``now`` (ns)."""
         options = self._options

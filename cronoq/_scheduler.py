@@ -704,7 +704,7 @@ class Scheduler:
                 raise TypeError(f"task {index}: submit_batch takes cronoq.Task objects")
             try:
                 stored = check_payload(task.payload)
-                if not task._options:  # a bare payload: nothing to validate or convert
+                if task.bare:  # a bare payload: nothing to validate or convert
                     spec = plain_spec(stored, tracing)
                 else:
                     spec = task.to_spec(now, trace=tracing)

@@ -1,19 +1,16 @@
 """cronoq.engine: the sans-IO scheduling core.
 
 A deterministic state machine: every call takes ``now`` (int nanoseconds since the Unix epoch) and
-the engine answers with actions (``drain_actions``). No asyncio, no clock, no I/O.
+the engine answers with one ``StepOutput`` per step (``drain``). No asyncio, no clock, no I/O.
 """
 
 from .actions import (
     Abort,
     AbortReason,
-    Action,
     DeleteRecurring,
     Dispatch,
     Lease,
     Mutation,
-    Persist,
-    Publish,
     PutRecurring,
     PutTask,
     Recovered,
@@ -22,8 +19,8 @@ from .actions import (
     Resolve,
     Scale,
     SetStatus,
-    SpaceAvailable,
     StatusEvent,
+    StepOutput,
     TaskRecord,
 )
 from .config import (
@@ -77,7 +74,6 @@ __all__ = [
     "TERMINAL_STATUSES",
     "Abort",
     "AbortReason",
-    "Action",
     "AdmissionError",
     "AutoscaleConfig",
     "Bounds",
@@ -102,12 +98,10 @@ __all__ = [
     "Outcome",
     "OverflowPolicy",
     "OverlapPolicy",
-    "Persist",
     "PoolConfig",
     "PoolSnapshot",
     "Priority",
     "PriorityConfig",
-    "Publish",
     "PutRecurring",
     "PutTask",
     "Recovered",
@@ -122,8 +116,8 @@ __all__ = [
     "Scale",
     "SetStatus",
     "Snapshot",
-    "SpaceAvailable",
     "StatusEvent",
+    "StepOutput",
     "SubmitCode",
     "Submitted",
     "Success",

@@ -1,7 +1,8 @@
 """What the engine asks its driver to do, and the mutations it asks it to persist.
 
-The driver commits the step's ``Persist`` first; only after it is durable does it resolve
-acknowledgements, hand ``Dispatch`` leases to executors or workers and publish events.
+One engine step hands its driver a ``StepOutput``. The driver commits its ``mutations`` first;
+only after they are durable does it resolve acknowledgements, hand ``Dispatch`` leases to
+executors or workers and publish events.
 """
 
 from __future__ import annotations
@@ -82,13 +83,6 @@ Mutation = PutTask | SetStatus | PutRecurring | DeleteRecurring
 # Actions
 
 
-@dataclass(frozen=True, slots=True)
-class Persist:
-    """Every mutation of one engine step, to be committed in one transaction."""
-
-    mutations: list[Mutation]
-
-
 @dataclass(slots=True)
 class Lease:
     """One attempt handed to a pool. ``(task_id, attempt)`` is the fencing token."""
@@ -139,13 +133,6 @@ class AbortReason(StrEnum):
 
 
 @dataclass(slots=True)
-class Publish:
-    """An intermediate transition (only with ``emit_transitions``)."""
-
-    event: StatusEvent
-
-
-@dataclass(slots=True)
 class Resolve:
     """A task reached a terminal status: publish its event and resolve anything awaiting it."""
 
@@ -170,14 +157,37 @@ class Scale:
     desired: int
 
 
-@dataclass(frozen=True, slots=True)
-class SpaceAvailable:
-    """Pending work left a bound that made a submission fail with Full: retry waiting submitters."""
+@dataclass(slots=True)
+class StepOutput:
+    """Everything one engine step asks of its driver, by kind, each list in the order it arose.
 
-    pool: str | None
+    ``mutations`` are committed in one transaction before anything else is acted on.
+    """
 
+    mutations: list[Mutation] = field(default_factory=list)
+    dispatches: list[Dispatch] = field(default_factory=list)
+    """Attempts to start."""
+    aborts: list[Abort] = field(default_factory=list)
+    """Attempts to stop."""
+    resolves: list[Resolve] = field(default_factory=list)
+    """Tasks that reached a terminal status."""
+    events: list[StatusEvent] = field(default_factory=list)
+    """Intermediate transitions (only with ``emit_transitions``); terminal ones are ``resolves``."""
+    scales: list[Scale] = field(default_factory=list)
+    """Autoscaler decisions: the desired worker count of a pool."""
+    space: list[str | None] = field(default_factory=list)
+    """Pools (None: the global bound) that had refused a submission with Full and have room again."""
 
-Action = Persist | Dispatch | Abort | Publish | Resolve | Scale | SpaceAvailable
+    def __bool__(self) -> bool:
+        return bool(
+            self.mutations
+            or self.dispatches
+            or self.aborts
+            or self.resolves
+            or self.events
+            or self.scales
+            or self.space
+        )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from .snapshot import GroupSnapshot, PoolSnapshot
 from .state import Pool
 from .types import NS_PER_S
 
-if TYPE_CHECKING:
-    from .core import Core
 
-
-def pool_snapshot(core: Core, pool: Pool, now: int) -> PoolSnapshot:
+def pool_snapshot(pool: Pool, now: int) -> PoolSnapshot:
     window = pool.window
     agg = window.totals(now, pool.busy, pool.capacity)
-    core._account_workers(pool, now)
+    pool.account_workers(now)
     worker_seconds = pool.worker_ns / NS_PER_S
     cost_rate = pool.config.autoscale.cost_per_worker_second if pool.config.autoscale else 0.0
     dispatched = agg.dispatched

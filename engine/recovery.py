@@ -11,15 +11,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from . import admission, limits, recurring
+from . import admission, limits
 from .actions import Recovered, RecoveredTask, Resolve, SetStatus
-from .config import UnknownDependencyPolicy
-from .cron import CronSchedule
-from .state import T_AWAIT, T_RETRY, Schedule, Task, edge_satisfied
-from .types import AdmissionError, ConfigError, EngineFault, MissPolicy, RecurringSpec, TaskStatus
+from .state import T_AWAIT, Task
+from .types import AdmissionError, ConfigError, EngineFault, TaskStatus
 
 if TYPE_CHECKING:
-    from .core import Core
+    from .parts import Parts
 
 _FAILED = TaskStatus.FAILED
 _RUNNING = TaskStatus.RUNNING
@@ -29,7 +27,7 @@ _DEAD = TaskStatus.DEAD_LETTERED
 _SKIPPED = TaskStatus.SKIPPED
 
 
-def restore(core: Core, now: int, recovered: Recovered, dead: Mapping[int, str] | None = None,
+def restore(parts: Parts, now: int, recovered: Recovered, dead: Mapping[int, str] | None = None,
             suspended: frozenset[str] = frozenset()) -> list[tuple[int, str]]:  # fmt: skip
     """Re-create the state a durable store recovered, applying the recovery rules.
 
@@ -43,7 +41,8 @@ def restore(core: Core, now: int, recovered: Recovered, dead: Mapping[int, str] 
     on a fresh engine with that task in ``dead`` (or that schedule in ``suspended``). Returns the
     tasks it dead-lettered because of their values: ``(id, message)``.
     """
-    if core._tasks or core._schedules:
+    registry = parts.registry
+    if not registry.empty or not parts.recurring.empty:
         raise ConfigError("restore needs a fresh engine")
     dead = dead or {}
     rejected: list[tuple[int, str]] = []
@@ -54,68 +53,62 @@ def restore(core: Core, now: int, recovered: Recovered, dead: Mapping[int, str] 
         record = item.record
         high = max(high, record.id)
         try:
-            task = _load(core, now, item, dead.get(record.id), rejected)
+            task = _load(parts, now, item, dead.get(record.id), rejected)
         except Exception as error:
             raise EngineFault.wrap(error, task_id=record.id) from error
         if task.status.terminal:
             terminal.append(task)
         else:
             live.append((task, item.status))
-    core._ids.raise_floor(high)
-    core._lease_ids.raise_floor(recovered.lease_high_water)
+    registry.raise_id_floor(high)
+    parts.outcomes.raise_lease_floor(recovered.lease_high_water)
     terminal.sort(key=lambda t: t.finished_at or 0)
-    core._retained.extend(terminal)
+    parts.outcomes.retain(terminal)
     # Register live tasks as pending, then link their dependencies.
+    for task, _ in live:
+        registry.enter(task, _BLOCKED)
+        if task.spec is not None and task.spec.deadline is not None:
+            parts.intake.set_estimate(task, task.spec)
     doomed: list[tuple[Task, Task]] = []
     for task, _ in live:
-        pool = task.pool
-        cls = task.cls
-        task.status = _BLOCKED
-        pool.counts[0][cls] += 1
-        pool.pending += 1
-        pool.pending_by_class[cls] += 1
-        core._pending += 1
-        shed = core._shed_index.get(pool)
-        if shed is not None and task.fixed is None:
-            shed[cls][task.id] = task
-        if task.spec is not None and task.spec.deadline is not None:
-            core._set_estimate(task, task.spec)
-    for task, _ in live:
         try:
-            _link(core, task, doomed)
+            parent = parts.dependencies.link_recovered(task)
         except Exception as error:
             raise EngineFault.wrap(error, task_id=task.id) from error
+        if parent is not None:
+            doomed.append((task, parent))
     for task, status in live:
         if task.status.terminal:
             continue
         try:
-            _resume(core, now, task, status)
+            _resume(parts, now, task, status)
         except Exception as error:
             raise EngineFault.wrap(error, task_id=task.id) from error
     for task, parent in doomed:
         try:
-            core._finish(task, _SKIPPED, now, f"dependency {parent.id} ended as {parent.status.value}")
+            parts.outcomes.finish(task, _SKIPPED, now, f"dependency {parent.id} ended as {parent.status.value}")
         except Exception as error:
             raise EngineFault.wrap(error, task_id=task.id) from error
     for schedule in recovered.recurring:
         name = schedule.spec.name
         try:
-            restore_schedule(core, schedule.spec, schedule.next_at, schedule.last_task_id, now,
-                             suspended=name in suspended, paused=schedule.paused)
+            parts.recurring.restore(schedule.spec, schedule.next_at, schedule.last_task_id, now,
+                                    suspended=name in suspended, paused=schedule.paused)  # fmt: skip
         except Exception as error:
             raise EngineFault.wrap(error, schedule=name) from error
     return rejected
 
 
-def _load(core: Core, now: int, item: RecoveredTask, dead_message: str | None,
+def _load(parts: Parts, now: int, item: RecoveredTask, dead_message: str | None,
           rejected: list[tuple[int, str]]) -> Task:  # fmt: skip
     """The task of one recovered row, registered by id and key; a live one that must not run again
     (its pool is gone, a value is out of range, or the caller listed it) is made terminal here."""
     record = item.record
-    pool = core._pools.get(record.pool)
+    pool = parts.pools.get(record.pool)
+    home = pool or parts.default_pool
     spec = record.spec
-    retry = spec.retry if spec.retry is not None else (pool or core._default_pool).config.retry
-    task = Task(record.id, pool or core._default_pool, spec, record.submitted_at, retry)
+    retry = spec.retry if spec.retry is not None else home.config.retry
+    task = Task(record.id, home, spec, record.submitted_at, retry)
     task.max_attempts = record.max_attempts
     task.attempt = item.attempt
     task.message = item.message
@@ -123,10 +116,8 @@ def _load(core: Core, now: int, item: RecoveredTask, dead_message: str | None,
     task.retry_at = item.retry_at
     if task.fixed is not None and (item.attempt > 0 or item.started_at is not None):
         task.fixed_done = True
-    core._tasks[task.id] = task
-    core._index(task)
-    if task.key is not None:
-        core._keys[task.key] = task.id
+    registry = parts.registry
+    registry.add(task)
     if item.status.terminal:
         task.status = item.status
         task.finished_at = item.finished_at if item.finished_at is not None else now
@@ -142,7 +133,7 @@ def _load(core: Core, now: int, item: RecoveredTask, dead_message: str | None,
         problem = _unrunnable(item)
         if problem is not None:
             status, message = _DEAD, f"cannot be restored: {problem}"
-            core.totals["engine_errors"] += 1
+            registry.totals["engine_errors"] += 1
             rejected.append((task.id, message))
     if status is None:
         return task
@@ -151,12 +142,12 @@ def _load(core: Core, now: int, item: RecoveredTask, dead_message: str | None,
     task.message = message
     task.spec = None
     if status is _DEAD:
-        core.totals[status.value] += 1
-        task.pool.totals[status.value] += 1
-    if core._persist:
-        core._mutations.append(SetStatus(task.id, status, task.attempt, now, message))
+        registry.count(status.value, task.pool)
+    outbox = parts.outbox
+    if outbox.persist:
+        outbox.mutations.append(SetStatus(task.id, status, task.attempt, now, message))
     # Whoever waits for the task (a driver rebuilding its engine keeps its waiters) learns the end.
-    core._actions.append(Resolve(task.id, task.pool.name, task.key, status, task.attempt, now, message))
+    outbox.resolves.append(Resolve(task.id, task.pool.name, task.key, status, task.attempt, now, message))
     return task
 
 
@@ -177,109 +168,27 @@ def _unrunnable(item: RecoveredTask) -> str | None:
     return problem
 
 
-def _link(core: Core, task: Task, doomed: list[tuple[Task, Task]]) -> None:
-    """Connect a live task to its parents (or to the keys it awaits)."""
-    assert task.spec is not None
-    for dep in task.spec.deps:
-        parent = core._lookup(dep.target)
-        if parent is None:
-            # Finished before the retention window (it was accepted), or an awaited key.
-            if isinstance(dep.target, str) and task.pool.config.unknown_dependency is UnknownDependencyPolicy.AWAIT:
-                if task.awaiting is None:
-                    task.awaiting = set()
-                task.awaiting.add(dep.target)
-                core._awaiting.setdefault(dep.target, []).append((task, dep.cond))
-            continue
-        if parent.status.terminal:
-            if not edge_satisfied(dep.cond, parent.status):
-                doomed.append((task, parent))
-            continue
-        if parent.children is None:
-            parent.children = []
-        parent.children.append((task, dep.cond))
-        task.unmet += 1
-
-
-def _resume(core: Core, now: int, task: Task, status: TaskStatus) -> None:
+def _resume(parts: Parts, now: int, task: Task, status: TaskStatus) -> None:
     """Arm a linked live task's timers and put it where its recovered status says."""
     pool = task.pool
     fixed = task.fixed
     if fixed is not None and not task.fixed_done:
         assert task.spec is not None
-        pool.reservations.add(task.id, *core._reservation_interval(pool, task.spec, fixed))
-        core._arm_fixed(task, now)
+        pool.reservations.add(task.id, *parts.intake.reservation_interval(pool, task.spec, fixed))
+        parts.holds.arm(task, now)
     if task.awaiting is not None and pool.config.await_timeout is not None:
-        core._push_timer(now + pool.config.await_timeout, T_AWAIT, task, 0)
+        parts.timers.push(now + pool.config.await_timeout, T_AWAIT, task, 0)
     if status is _RUNNING:
         # The attempt that was running when the previous leader died counts as used.
         message = "attempt interrupted by a leader change"
         if task.attempt < task.max_attempts:
             task.started_at = task.started_at or now
-            core._fail_attempt(task, now, message, None)
+            parts.outcomes.fail_attempt(task, now, message, None)
         else:
-            core._finish(task, _DEAD, now, message)
+            parts.outcomes.finish(task, _DEAD, now, message)
         return
     if status is _RETRYING:
-        retry_at = task.retry_at if task.retry_at is not None else now
-        task.retry_at = retry_at
-        core._move(task, _RETRYING)
-        core._push_timer(retry_at, T_RETRY, task, retry_at)
+        parts.outcomes.wait_retry(task, task.retry_at if task.retry_at is not None else now)
         return
     if task.unmet == 0 and task.awaiting is None:
-        core._release(task, now, fresh=True)
-
-
-def restore_schedule(core: Core, spec: RecurringSpec, next_at: int | None, last_task_id: int | None,
-                     now: int, *, suspended: bool = False, paused: bool = False) -> None:  # fmt: skip
-    """Re-create one schedule; it comes back invalid (listed, never fired) when its cron, time
-    zone or template no longer passes, its values are out of range, or it is ``suspended``; a
-    ``paused`` one is restored with nothing armed until it is resumed."""
-    try:
-        cron = CronSchedule.parse(spec.cron, spec.tz)
-    except ConfigError:
-        cron = None
-    schedule = Schedule(spec, cron)  # type: ignore[arg-type]
-    schedule.last_task_id = last_task_id
-    schedule.next_at = None if paused else next_at
-    schedule.paused = paused
-    last = core._tasks.get(last_task_id) if last_task_id is not None else None
-    if last is not None and last.fixed is not None:
-        schedule.last_start = last.fixed.start
-    core._schedules[spec.name] = schedule
-    try:
-        if cron is None:
-            raise ConfigError("invalid cron expression")
-        if suspended:
-            raise ConfigError("suspended after an internal error")
-        recurring.check_values(spec)
-        if next_at is not None and limits.instant_problem(next_at, "next_at") is not None:
-            raise ConfigError("next occurrence out of range")
-        pool = recurring.check_template(core, spec.template)
-    except ConfigError:
-        schedule.invalid = True
-        recurring.count_invalid(core, spec.template)
-        return
-    if paused:
-        return  # nothing to arm until it is resumed
-    if next_at is None:
-        schedule.next_at = _next_or_none(core, schedule, cron, now)
-    elif next_at + spec.tolerance < now:
-        # Missed during downtime: at most one late run, then resume from the present.
-        if spec.on_miss is not MissPolicy.RUN_LATE:
-            core.totals["missed"] += 1
-            pool.totals["missed"] += 1
-            schedule.next_at = _next_or_none(core, schedule, cron, now)
-        else:
-            recurring.create_occurrence(core, schedule, now)
-            return
-    recurring.arm(core, schedule, pool, now)
-
-
-def _next_or_none(core: Core, schedule: Schedule, cron: CronSchedule, now: int) -> int | None:
-    """The schedule's next occurrence after ``now``; None (and the schedule invalid) if none is left."""
-    try:
-        return cron.next_after(now - 1)
-    except ConfigError:
-        schedule.invalid = True
-        recurring.count_invalid(core, schedule.spec.template)
-        return None
+        parts.dispatcher.release(task, now, fresh=True)

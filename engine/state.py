@@ -255,6 +255,13 @@ class Pool:
         # The pool's share of the engine's totals, so a pool-scoped reader sees only its own.
         self.totals: dict[str, int] = dict.fromkeys(TOTAL_NAMES, 0)
 
+    def account_workers(self, now: int) -> None:
+        """Add the worker time since the last change of capacity (for cost and worker-seconds)."""
+        elapsed = now - self.last_worker_change
+        if elapsed > 0:
+            self.worker_ns += elapsed * self.capacity
+            self.last_worker_change = now
+
     def due_tasks(self) -> list[Task]:
         """Live entries of the due queue (few: fixed-start work whose time has come)."""
         return self.due.live()
@@ -285,7 +292,7 @@ STATUS_INDEX: Final[dict[str, int]] = {
 
 
 class Schedule:
-    __slots__ = ("cron", "invalid", "last_start", "last_task_id", "next_at", "paused", "spec", "timer_gen")
+    __slots__ = ("cron", "invalid", "last_start", "last_task_id", "next_at", "paused", "retired", "spec", "timer_gen")
 
     def __init__(self, spec: RecurringSpec, cron: CronSchedule) -> None:
         self.spec = spec
@@ -295,4 +302,5 @@ class Schedule:
         self.last_start: int | None = None
         self.invalid = False
         self.paused = False
+        self.retired = False  # removed or replaced: its timers no longer fire
         self.timer_gen = 0

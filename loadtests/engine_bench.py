@@ -20,7 +20,6 @@ from cronoq.engine import (
     Core,
     CoreConfig,
     Dep,
-    Dispatch,
     PoolConfig,
     Priority,
     ResourceConfig,
@@ -46,7 +45,7 @@ def build(backlog: int, mixed: bool) -> tuple[Core, int, random.Random]:
     now = 1_700_000_000 * NS_PER_S
     for i in range(backlog):
         core.submit(now, make_spec(i, rng, mixed, now))
-    core.drain_actions()
+    core.drain()
     return core, now, rng
 
 
@@ -68,7 +67,7 @@ def run_cycles(core: Core, now: int, rng: random.Random, cycles: int, mixed: boo
     """Steady state: every step completes the running attempts, submits as many, dispatches."""
     core.set_capacity(now, "default", WORKERS)
     core.tick(now)
-    running = [a.id for a in core.drain_actions() if isinstance(a, Dispatch)]
+    running = [d.id for d in core.drain().dispatches]
     done = 0
     last_id: int | None = None
     # Specs are built up front: the benchmark measures the engine, not TaskSpec construction.
@@ -91,7 +90,7 @@ def run_cycles(core: Core, now: int, rng: random.Random, cycles: int, mixed: boo
             for spec in plain[done - batch : done]:
                 core.submit(now, spec)
         core.tick(now)
-        running = [a.id for a in core.drain_actions() if isinstance(a, Dispatch)]
+        running = [d.id for d in core.drain().dispatches]
     elapsed = time.perf_counter() - started
     gc.enable()
     return done / elapsed
@@ -102,7 +101,7 @@ def dispatch_cost(backlog: int, samples: int) -> float:
     core, now, rng = build(backlog, mixed=False)
     core.set_capacity(now, "default", 1)
     core.tick(now)
-    lease = next(a.id for a in core.drain_actions() if isinstance(a, Dispatch))
+    lease = core.drain().dispatches[0].id
     total = 0.0
     gc.collect()
     gc.disable()
@@ -113,7 +112,7 @@ def dispatch_cost(backlog: int, samples: int) -> float:
         started = time.perf_counter()
         core.tick(now)
         total += time.perf_counter() - started
-        lease = next(a.id for a in core.drain_actions() if isinstance(a, Dispatch))
+        lease = core.drain().dispatches[0].id
     gc.enable()
     return total / samples
 

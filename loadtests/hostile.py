@@ -16,9 +16,15 @@ and measures, on each listener where it applies:
   (``--rounds`` of each, ``--phase-s`` seconds each), so both are measured under the same load
   of the machine; plus what the attacker managed (resets written, connections, GOAWAYs).
 
+A second server with gRPC-Web on (``[server.grpc_web]``: a front then owns the gRPC port, sorts
+connections and copies native gRPC to grpcio) is measured as listener ``grpc+web``: the flood
+(half the connections begin native gRPC, half gRPC-Web), slowloris and the rapid reset of native
+gRPC through the front (``--no-grpc-web`` leaves it out).
+
 The numbers depend on the machine and on what else runs on it; compare cases of one run only.
 
     python loadtests/hostile.py [--rounds 3] [--phase-s 4] [--cases connection_flood,slowloris,rapid_reset]
+                                [--no-grpc-web]
 """
 
 from __future__ import annotations
@@ -47,9 +53,11 @@ from tests.server.hostile_clients import PREFACE, slowloris  # noqa: E402
 from tests.server.http_support import HttpServerProcess, process_config  # noqa: E402
 
 CONFIG = process_config(metrics=True)
+WEB_CONFIG = process_config(extra='\n[server.grpc_web]\nallowed_origins = ["https://console.example"]\n')
 
 FLOOD_CONNECTIONS = 500
-FIRST_BYTES = {"grpc": PREFACE[:10], "http": b"GET /v1/snapshot HTTP/1.1\r\nHost: 127.0.0.1\r\n", "metrics": b"GET /m"}
+FIRST_BYTES = {"grpc": PREFACE[:10], "http": b"GET /v1/snapshot HTTP/1.1\r\nHost: 127.0.0.1\r\n", "metrics": b"GET /m",
+               "grpc+web": b"POST /cronoq.v1.Admin/Snapshot HTTP/1.1\r\nHost: 127.0.0.1\r\n"}
 
 
 def emit(case: str, **figures: object) -> None:
@@ -76,9 +84,11 @@ def connection_flood(server: HttpServerProcess, listener: str, port: int) -> Non
     before = rss_mib(pid)
     socks = []
     started = time.monotonic()
-    for _ in range(FLOOD_CONNECTIONS):
+    for number in range(FLOOD_CONNECTIONS):
         sock = socket.create_connection(("127.0.0.1", port))
-        sock.sendall(FIRST_BYTES[listener])
+        # Through the gRPC-Web front: every other connection begins native gRPC instead.
+        first = FIRST_BYTES["grpc"] if listener == "grpc+web" and number % 2 else FIRST_BYTES[listener]
+        sock.sendall(first)
         socks.append(sock)
     opened_s = time.monotonic() - started
     time.sleep(2.0)
@@ -129,7 +139,8 @@ def slow_head(listener: str, port: int) -> None:
 
 
 def rapid_reset(server: HttpServerProcess, listener: str, rounds: int, phase_s: float) -> None:
-    if listener == "grpc":
+    native = listener in ("grpc", "grpc+web")
+    if native:
         channel = grpc.insecure_channel(server.address)
         admin = pbg.AdminStub(channel)
         metadata = (("authorization", f"Bearer {METRICS_TOKEN}"),)
@@ -150,10 +161,10 @@ def rapid_reset(server: HttpServerProcess, listener: str, rounds: int, phase_s: 
     flood: list[float] = []
     failed = {"quiet": 0, "flood": 0}
     attacker: dict[str, object] = {"resets_sent": 0, "connections": 0, "goaways": {}}
-    port = server.port if listener == "grpc" else server.http_port
+    port = server.port if native else server.http_port
     for _ in range(rounds):
         failed["quiet"] += _timed(normal, phase_s, quiet)
-        args = ["--grpc"] if listener == "grpc" else []
+        args = ["--grpc"] if native else []
         # The attacker runs at the lowest priority: on a small machine it would otherwise take the
         # CPU the server and the measuring client need, and measure the machine, not the server.
         attack = subprocess.Popen(["nice", "-n", "19", sys.executable, "-m", "tests.server.hostile_clients",
@@ -167,7 +178,7 @@ def rapid_reset(server: HttpServerProcess, listener: str, rounds: int, phase_s: 
         goaways: dict[str, int] = attacker["goaways"]  # type: ignore[assignment]
         for code, count in summary["goaways"].items():
             goaways[code] = goaways.get(code, 0) + count
-    if listener == "grpc":
+    if native:
         channel.close()
     emit("rapid_reset", listener=listener, phase_s=phase_s, rounds=rounds, quiet=_percentiles(quiet),
          flood=_percentiles(flood), failed_requests=failed, attacker_resets_sent=attacker["resets_sent"],
@@ -204,6 +215,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--phase-s", type=float, default=4.0)
     parser.add_argument("--cases", default="connection_flood,slowloris,rapid_reset")
+    parser.add_argument("--no-grpc-web", action="store_true", help="leave out the server with gRPC-Web on")
     args = parser.parse_args()
     cases = set(args.cases.split(","))
     with tempfile.TemporaryDirectory() as directory:
@@ -221,6 +233,18 @@ def main() -> None:
                     rapid_reset(server, listener, args.rounds, args.phase_s)
         finally:
             server.stop()
+        if args.no_grpc_web:
+            return
+        web = HttpServerProcess(Path(directory), WEB_CONFIG, name="hostile-web").start()
+        try:
+            if "connection_flood" in cases:
+                connection_flood(web, "grpc+web", web.port)
+            if "slowloris" in cases:
+                slow_head("grpc+web", web.port)
+            if "rapid_reset" in cases:
+                rapid_reset(web, "grpc+web", args.rounds, args.phase_s)
+        finally:
+            web.stop()
 
 
 if __name__ == "__main__":

@@ -7,6 +7,9 @@ and durably recording submissions costs; the tasks stay pending. Cases:
 
 * ``grpc_submit_c64``: ``--single-tasks`` tasks, one ``Client.submit`` each, 64 at once over one
   channel.
+* ``grpc_submit_c64_coalesced``: the same with ``Client(coalesce=True)``: the 64 concurrent
+  submits leave together in SubmitBatch calls (``cronoq._client.coalesce``), each caller still
+  waiting for its own acknowledgement.
 * ``grpc_submit_batch_100`` / ``grpc_submit_batch_1000``: ``--batch-tasks`` tasks sent with
   ``Client.submit_batch`` in batches of 100 or 1000, 4 batches at once.
 * ``http_submit_c64``: ``--single-tasks`` tasks, one ``POST /v1/tasks`` each, 64 at once (one
@@ -49,7 +52,13 @@ from server_bench import HTTP_CONCURRENCY, POOL, Server, load_http, ms, percenti
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 SINGLE_CONCURRENCY = 64
 BATCH_SUBMITTERS = 4
-CASES = ("grpc_submit_c64", "grpc_submit_batch_100", "grpc_submit_batch_1000", "http_submit_c64")
+CASES = (
+    "grpc_submit_c64",
+    "grpc_submit_c64_coalesced",
+    "grpc_submit_batch_100",
+    "grpc_submit_batch_1000",
+    "http_submit_c64",
+)
 
 
 def emit(**fields: Any) -> None:
@@ -108,12 +117,12 @@ async def run_case(case: str, total: int, dsn: str, workdir: Path) -> dict[str, 
         server.start()
         assert server.proc is not None
         usage = Usage(Parts(server=server.proc.pid, postmaster=database.postmaster, database=database.name))
-        async with Client(server.grpc_target) as client:
+        async with Client(server.grpc_target, coalesce=case.endswith("_coalesced")) as client:
             await client.submit(None, pool=POOL)  # the channel is up and the store answers
             usage.start()
             started = time.perf_counter()
             retries = None
-            if case == "grpc_submit_c64":
+            if case.startswith("grpc_submit_c64"):
                 acks = await grpc_single(client, total)
             elif case.startswith("grpc_submit_batch_"):
                 acks = await grpc_batches(client, total, int(case.rsplit("_", 1)[1]))
@@ -121,6 +130,8 @@ async def run_case(case: str, total: int, dsn: str, workdir: Path) -> dict[str, 
                 acks, retries = await load_http(server.http_base, total, lambda i: None, {})
             elapsed = time.perf_counter() - started
             cpu = usage.stop()
+            coalescer = client._coalescer  # SubmitBatch calls the coalesced case made
+            batch_calls = coalescer.batches_sent if coalescer is not None else None
             totals = (await client.snapshot()).totals
     except Exception:
         print(f"server stderr (tail):\n{server.stderr()[-3000:]}", file=sys.stderr, flush=True)
@@ -141,8 +152,10 @@ async def run_case(case: str, total: int, dsn: str, workdir: Path) -> dict[str, 
     }
     if case.startswith("http"):
         result.update(concurrency=HTTP_CONCURRENCY, retried_requests=retries)
-    elif case == "grpc_submit_c64":
+    elif case.startswith("grpc_submit_c64"):
         result["concurrency"] = SINGLE_CONCURRENCY
+        if batch_calls is not None:
+            result["submit_batch_calls"] = batch_calls
     else:
         result["concurrent_batches"] = BATCH_SUBMITTERS
     result["shed_tasks"] = int(totals.shed)

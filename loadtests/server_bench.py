@@ -25,7 +25,8 @@ Figures:
   workers together (``workers_cpu_s``), this load-generating process (``client_cpu_s``) and the
   local Postgres processes (``postgres_cpu_s``; absent when none are visible in /proc), plus
   ``machine_busy_pct``: the share of all CPUs that was busy (from /proc/stat). These say where the
-  time went: on a small machine every process competes for the same cores.
+  time went: on a small machine every process competes for the same cores. Each ``<part>_cpu_s``
+  also comes as ``<part>_cpu_us_per_task``, which drifts far less between runs than the rates.
 
 Stores: ``postgres`` (the DSN in ``CRONOQ_BENCH_DSN``, default
 ``postgresql://postgres@127.0.0.1:5432/test``; a fresh schema per case, dropped afterwards with
@@ -609,6 +610,10 @@ async def run_case(store: str, case: str, args: argparse.Namespace, workdir: Pat
             ack_p99_ms=ms(percentile(acks, 0.99)),
             **figures,
         )
+        # The same CPU seconds per task, in µs, part by part (what to compare across runs).
+        for name, seconds in figures.items():
+            if name.endswith("_cpu_s") and isinstance(seconds, (int, float)):
+                result[name.replace("_cpu_s", "_cpu_us_per_task")] = round(seconds * 1e6 / total, 1)
         if not_ok:
             result["samples_not_succeeded"] = not_ok
         return result

@@ -12,7 +12,10 @@ Cases:
   with N shards (N-1)/N of the batches are forwarded by the router), ``--submitters`` calls in
   flight. ``tasks_per_s`` counts from the first submission until every task succeeded (pool
   snapshots of every node, polled every 20 ms); ``cpu_s_per_1000_tasks`` is the CPU time of all
-  server processes together (user + system, from /proc/<pid>/stat) per 1000 tasks.
+  server processes together (user + system, from /proc/<pid>/stat) per 1000 tasks;
+  ``server_cpu_us_per_task`` the same in µs per task, ``server_cpu_us_per_task_by_shard`` each
+  shard's server CPU over the tasks of its own pools (1/N of them): flat as shards are added
+  when nothing is spent on the shards being many, and what a projection to N machines rests on.
 * ``single_submit_owner`` / ``single_submit_foreign`` on the 2-shard cluster: Submit of one
   ``pool2`` task to its own shard's node (s2) or to the other node (s1, which forwards it over
   its Forward stream to s2, see ``cronoq.router.forward``).
@@ -81,16 +84,18 @@ class CpuMeter:
         self.worker_pids = worker_pids
         self.before = self._sample()
 
-    def _sample(self) -> tuple[float, float, tuple[int, int]]:
-        servers = sum(process_cpu_s(pid) for pid in self.server_pids)
+    def _sample(self) -> tuple[list[float], float, tuple[int, int]]:
+        servers = [process_cpu_s(pid) for pid in self.server_pids]
         workers = sum(process_cpu_s(pid) for pid in self.worker_pids)
         return servers, workers, machine_ticks()
 
-    def stop(self) -> dict[str, float]:
+    def stop(self) -> dict[str, Any]:
         servers, workers, (busy, total) = self._sample()
         before_servers, before_workers, (before_busy, before_total) = self.before
+        per_server = [after - before for after, before in zip(servers, before_servers, strict=True)]
         return {
-            "server_cpu_s": round(servers - before_servers, 2),
+            "server_cpu_s": round(sum(per_server), 2),
+            "server_cpu_s_each": [round(spent, 2) for spent in per_server],
             "workers_cpu_s": round(workers - before_workers, 2),
             "machine_busy_pct": round(100.0 * (busy - before_busy) / max(total - before_total, 1), 1),
         }
@@ -308,7 +313,8 @@ async def case_round_robin(bench: Bench, shards: int, args: argparse.Namespace, 
                 raise RuntimeError(f"a batch of {len(specs)} was answered with {len(answer)} ids")
             forwarded += target != bench.owner[pool]
 
-    meter = CpuMeter([r.pid for r in bench.cluster.replicas if r.pid], bench.workers.pids)
+    servers = [r for r in bench.cluster.replicas if r.pid]
+    meter = CpuMeter([r.pid for r in servers], bench.workers.pids)
     started = time.perf_counter()
     await asyncio.gather(*(submitter() for _ in range(args.submitters)))
     submitted = time.perf_counter()
@@ -331,6 +337,13 @@ async def case_round_robin(bench: Bench, shards: int, args: argparse.Namespace, 
         submit_tasks_per_s=round(args.tasks / (submitted - started)),
         wall_s=round(elapsed, 3),
         cpu_s_per_1000_tasks=round(cpu["server_cpu_s"] * 1000 / args.tasks, 3),
+        # Every shard's server CPU over the tasks of its own pools (each shard gets 1/N of them).
+        server_cpu_us_per_task_by_shard={
+            replica.name: round(spent * 1e6 / (args.tasks / shards), 1)
+            for replica, spent in zip(servers, cpu.pop("server_cpu_s_each"), strict=True)
+        },
+        server_cpu_us_per_task=round(cpu["server_cpu_s"] * 1e6 / args.tasks, 1),
+        workers_cpu_us_per_task=round(cpu["workers_cpu_s"] * 1e6 / args.tasks, 1),
         **cpu,
     )
 
@@ -377,7 +390,8 @@ async def case_forwarding(bench: Bench, args: argparse.Namespace, store: str) ->
             await asyncio.gather(*(_submit_gated(gate, bench.clients[node], pool) for _ in range(per_round)))
             elapsed[case] += time.perf_counter() - started
             for key, value in meter.stop().items():
-                cpu[case][key] = cpu[case].get(key, 0.0) + value
+                if key != "server_cpu_s_each":
+                    cpu[case][key] = cpu[case].get(key, 0.0) + value
     tasks = per_round * rounds
     figures: dict[str, dict[str, float]] = {}
     for case, node in nodes.items():
@@ -460,6 +474,9 @@ def print_table() -> None:
         note = "skipped" if "skipped" in r else ("error" if "error" in r else "")
         if r.get("router") is False:
             note = "no router: submitted to owners"
+        if "server_cpu_us_per_task_by_shard" in r:
+            shares = ", ".join(f"{name} {us:g}" for name, us in r["server_cpu_us_per_task_by_shard"].items())
+            note = f"server CPU µs per task of its shard: {shares} {note}".rstrip()
         print(
             f"{r['case']:28} {r['shards']:>6} {r.get('tasks_per_s', '-')!s:>9} "
             f"{r.get('cpu_s_per_1000_tasks', '-')!s:>10} {r.get('p50_ms', '-')!s:>8} {r.get('p99_ms', '-')!s:>8}  "

@@ -67,6 +67,8 @@ SHARD_BITS = 56
 """Task ids carry their shard's number above this bit."""
 PEER_READ_TIMEOUT_S = 5.0
 """Longest a fan-out read waits for one shard before naming it unavailable."""
+REPLICA_TIMEOUT_S = 2.0
+"""Longest the leader waits for one of its replicas to describe itself (then: unavailable)."""
 COALESCE_MAX_TASKS = 256
 """Most forwarded Submits sent together as one SubmitBatch (see ``coalesce``)."""
 COALESCE_CALLS_PER_LANE = 1
@@ -162,8 +164,8 @@ def status_of(exc: BaseException) -> grpc.StatusCode | None:
 class Router:
     """Routes every call of the API between this node's shard and its peers."""
 
-    def __init__(self, config: Config, local: LocalApi, *,
-                 traceparent: Callable[[], str | None] | None = None,
+    def __init__(self, config: Config, local: LocalApi, *, traceparent: Callable[[], str | None] | None = None,
+                 time_left: Callable[[], float | None] | None = None,
                  topology: Topology | None = None) -> None:  # fmt: skip
         self.config = config
         # Where each pool is, at which version: learned forward from shards that refuse a call
@@ -181,6 +183,9 @@ class Router:
         self._by_name = {shard.name: shard for shard in config.shards}
         self._ordered = sorted(config.shards, key=lambda shard: shard.number)
         self._traceparent = traceparent
+        # What is left of the time the caller of the call being routed waits (its deadline);
+        # a forwarded call carries no more than that, so its shard stops when the caller does.
+        self._time_left = time_left
         self._console_stubs: dict[int, tuple[Any, Any]] = {}  # per peer channel
         self._coalescer = SubmitCoalescer(
             max_tasks=min(self.limits.max_tasks_per_batch, COALESCE_MAX_TASKS),
@@ -276,6 +281,10 @@ class Router:
         peer = self.peers.peer(shard.name)
         return peer if peer.refusal is None else None
 
+    def _within_deadline(self, timeout: float) -> float:
+        left = self._time_left() if self._time_left is not None else None
+        return timeout if left is None else min(timeout, left)
+
     def _current_trace(self) -> str | None:
         return self._traceparent() if self._traceparent is not None else None
 
@@ -288,9 +297,11 @@ class Router:
         return metadata
 
     async def _forward(self, peer: Peer, service: str, method: str, request: Any, caller: Caller,
-                       timeout: float) -> Any:  # fmt: skip
+                       timeout: float, *, callers_deadline: bool = True) -> Any:  # fmt: skip
         """One unary call answered by ``peer``: over its Forward stream, or a unary gRPC call to a
-        peer without one (an older version)."""
+        peer without one (an older version), within what is left of the caller's deadline."""
+        if callers_deadline:  # not for the coalescer's calls, which carry several callers' Submits
+            timeout = self._within_deadline(timeout)
         traceparent = self._current_trace()
         if service == "console":
             return await self._forward_console(peer, method, request, caller, timeout, traceparent)
@@ -333,12 +344,14 @@ class Router:
 
     async def _forward_submit(self, route: Route, request: pb.SubmitRequest) -> pb.SubmitResponse:
         peer, caller, timeout = route.target
-        response: pb.SubmitResponse = await self._forward(peer, "tasks", "Submit", request, caller, timeout)
+        response: pb.SubmitResponse = await self._forward(peer, "tasks", "Submit", request, caller, timeout,
+                                                          callers_deadline=False)  # fmt: skip
         return response
 
     async def _forward_submit_batch(self, route: Route, batch: pb.SubmitBatchRequest) -> pb.SubmitBatchResponse:
         peer, caller, timeout = route.target
-        response: pb.SubmitBatchResponse = await self._forward(peer, "tasks", "SubmitBatch", batch, caller, timeout)
+        response: pb.SubmitBatchResponse = await self._forward(peer, "tasks", "SubmitBatch", batch, caller, timeout,
+                                                               callers_deadline=False)  # fmt: skip
         return response
 
     def _wait_timeout(self, requested: float | None) -> float:
@@ -361,7 +374,9 @@ class Router:
         timeout = self.limits.request_timeout_s
         if request.wait:
             timeout = self._wait_timeout(request.wait_timeout_s if request.HasField("wait_timeout_s") else None)
-        elif self._current_trace() is None:
+        else:
+            timeout = self._within_deadline(timeout)
+        if not request.wait and self._current_trace() is None:
             # Without a trace to continue, concurrent Submits to one shard may share a call.
             route = Route(peer.name, caller.authorization, (peer, caller, timeout))
             return await self._coalescer.submit(route, request)
@@ -778,8 +793,42 @@ class Router:
 
     async def list_shards(self, caller: Caller, request: pb.Empty | None = None) -> cpb.ListShardsResponse:
         """Every shard's leader, as it describes itself (``cronoq.console.v1``)."""
-        return await self._merged_read(caller, "console", "ListShards", self.local.list_shards,
+        return await self._merged_read(caller, "console", "ListShards", self._local_shards,
                                        cpb.ListShardsResponse(), "shards")  # fmt: skip
+
+    async def _local_shards(self, caller: Caller, request: pb.Empty) -> cpb.ListShardsResponse:
+        """This shard as its leader describes itself, with each replica the configuration lists
+        (``[[shards]] replicas``) as it answers, asked with the caller's credentials."""
+        answer = await self.local.list_shards(caller, request)
+        local = self.config.local_shard()
+        if local is not None and local.replicas and answer.shards:
+            replicas = await asyncio.gather(*(self._describe_replica(caller, endpoint) for endpoint in local.replicas))
+            answer.shards[0].replicas.extend(replicas)
+        return answer
+
+    async def _describe_replica(self, caller: Caller, endpoint: str) -> cpb.ReplicaInfo:
+        unavailable = cpb.ReplicaInfo(endpoint=endpoint, state="unavailable")
+        if caller.certificate and not caller.authorization:
+            unavailable.error = "not asked: a client certificate cannot be passed on"
+            return unavailable
+        try:
+            channel = self.peers.replica_channel(endpoint)
+        except ValueError as refused:
+            unavailable.error = f"not asked: {refused}"
+            return unavailable
+        try:
+            info: cpb.ReplicaInfo = await cpbg.ConsoleStub(channel).DescribeReplica(  # type: ignore[no-untyped-call]
+                pb.Empty(), metadata=self._metadata(caller, None), timeout=REPLICA_TIMEOUT_S)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() is Status.UNAVAILABLE:
+                unavailable.error = "not reachable"
+            elif exc.code() is Status.DEADLINE_EXCEEDED:
+                unavailable.error = f"no answer within {REPLICA_TIMEOUT_S:g} s"
+            else:
+                unavailable.error = f"{exc.code().name.lower()}: {(exc.details() or '')[:200]}"
+            return unavailable
+        info.endpoint = endpoint
+        return info
 
     async def list_schedules(self, caller: Caller, request: pb.Empty | None = None) -> cpb.ListSchedulesResponse:
         """Every shard's schedules with their paused state and next runs (``cronoq.console.v1``)."""

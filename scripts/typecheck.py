@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SUBPACKAGES = ("engine", "stores", "shard", "router", "cluster", "config")
+SUBPACKAGES = ("engine", "stores", "shard", "router", "cluster", "config", "chaos")
 
 
 def build_tree() -> Path:

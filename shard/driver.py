@@ -27,13 +27,11 @@ from cronoq.engine import (
     EngineError,
     EngineFault,
     Mutation,
-    Persist,
-    Publish,
     Recovered,
     Resolve,
     Scale,
-    SpaceAvailable,
     StatusEvent,
+    StepOutput,
 )
 from cronoq.engine.types import NS_PER_S
 from cronoq.stores.base import Fenced, Store, StoreError, Unavailable, Unstorable
@@ -235,7 +233,7 @@ class Driver:
             gc.disable()
             try:
                 recovered = await store.recover(now, config.retention)
-                core = self._restored(config, now, recovered, {}, set())
+                core = self._restored(config, now, recovered, {}, set(), count_quarantined=True)
                 if recovered.tasks and collecting:
                     _GcTuning.freeze()
             finally:
@@ -458,6 +456,11 @@ class Driver:
                         # This step was computed on top of the refused one: it is void too.
                         step.fail(request.error)
                         raise
+                    except _Fatal as fatal:
+                        # Fenced or out of store time: this step will never be committed either,
+                        # and its callers must hear so now (not when the listener closes).
+                        step.fail(StoreUnavailable(str(fatal)) if fatal.unavailable else NotLeader(str(fatal)))
+                        raise
                     inflight = None
                 if step.mutations:
                     step.commit = asyncio.get_running_loop().create_task(self._commit(step.mutations))
@@ -529,12 +532,7 @@ class Driver:
         self._consecutive_faults = 0
         if self._retried:
             self._retried.clear()
-        actions = core.drain_actions()
-        mutations: list[Mutation] = []
-        if actions and isinstance(actions[0], Persist):
-            mutations = actions[0].mutations
-            del actions[0]
-        return _Step(done, actions, mutations)
+        return _Step(done, core.drain())
 
     def _fault(self, core: Core, now: int, error: Exception, batch: list[tuple[Command, asyncio.Future[Any] | None]],
                index: int | None, last_id: int | None = None) -> None:  # fmt: skip
@@ -580,11 +578,11 @@ class Driver:
 
     def _note_fault(self, core: Core | None, error: BaseException, context: str) -> None:
         if core is not None:
-            core.totals["engine_errors"] += 1
+            core.note_engine_errors(1)
         log.error("internal error in the engine %s: %s", context, error, exc_info=error)
 
     def _restored(self, config: CoreConfig, now: int, recovered: Recovered, dead: dict[int, str],
-                  suspended: set[str]) -> Core:  # fmt: skip
+                  suspended: set[str], *, count_quarantined: bool) -> Core:  # fmt: skip
         """A fresh engine with ``recovered`` restored. A task (or schedule) whose restoring raises
         is dead-lettered (suspended) and the restore starts over without it, so one bad row never
         keeps the shard from leading."""
@@ -608,7 +606,7 @@ class Driver:
             if len(rejected) > LOGGED_REJECTS:
                 log.error("%d more recovered tasks dead-lettered for values out of range",
                           len(rejected) - LOGGED_REJECTS)  # fmt: skip
-            core.totals["engine_errors"] += faults + recovered.quarantined
+            core.note_engine_errors(faults + (recovered.quarantined if count_quarantined else 0))
             return core
 
     async def _rebuild(self, request: Rebuild) -> bool:
@@ -635,13 +633,12 @@ class Driver:
         now = self._clock()
         try:
             recovered = await store.recover(now, self._config.retention)
-            core = self._restored(self._leading_config, now, recovered, dead, suspended)
+            # What ``recovered`` quarantined was counted when this leadership began.
+            core = self._restored(self._leading_config, now, recovered, dead, suspended, count_quarantined=False)
         except Exception as failure:
             log.error("rebuilding the engine failed: %s", failure, exc_info=failure)
             await self._step_down(f"rebuilding the engine after an internal error failed: {failure}")
             return False
-        # What ``recovered`` counted was counted when this leadership began.
-        core.totals["engine_errors"] -= recovered.quarantined
         core.adopt(old, now)
         self.core = core
         self._queue[:0] = request.requeue
@@ -676,8 +673,8 @@ class Driver:
                 future.set_exception(error)
             else:
                 future.set_result(result)
-        if step.actions:
-            self._route(step.actions)
+        if step.output:
+            self._route(step.output)
 
     async def _commit(self, mutations: list[Mutation]) -> None:
         store = self._store
@@ -706,40 +703,20 @@ class Driver:
                 await asyncio.sleep(min(backoff, options.max_store_outage - elapsed))
                 backoff = min(backoff * 2, options.commit_backoff_max)
 
-    def _route(self, actions: list[Any]) -> None:
-        dispatches: list[Dispatch] = []
-        resolves: list[Resolve] = []
-        events: list[StatusEvent] = []
-        aborts: list[Abort] = []
-        scales: list[Scale] = []
-        space: list[str | None] = []
-        for action in actions:
-            kind = type(action)
-            if kind is Dispatch:
-                dispatches.append(action)
-            elif kind is Resolve:
-                resolves.append(action)
-            elif kind is Publish:
-                events.append(action.event)
-            elif kind is Abort:
-                aborts.append(action)
-            elif kind is Scale:
-                scales.append(action)
-            elif kind is SpaceAvailable:
-                space.append(action.pool)
+    def _route(self, output: StepOutput) -> None:
         sink = self._sink
-        if aborts:
-            sink.abort(aborts)
-        if resolves:
-            sink.resolve(resolves)
-        if events:
-            sink.publish(events)
-        if scales:
-            sink.scale(scales)
-        if space:
-            sink.space_available(space)
-        if dispatches:
-            sink.dispatch(dispatches)
+        if output.aborts:
+            sink.abort(output.aborts)
+        if output.resolves:
+            sink.resolve(output.resolves)
+        if output.events:
+            sink.publish(output.events)
+        if output.scales:
+            sink.scale(output.scales)
+        if output.space:
+            sink.space_available(output.space)
+        if output.dispatches:
+            sink.dispatch(output.dispatches)
 
     async def _step_down(self, reason: str) -> None:
         if self.role is Role.STOPPED:
@@ -766,17 +743,12 @@ class Driver:
 class _Step:
     """What one engine step produced, held back until its commit is durable."""
 
-    __slots__ = ("actions", "commit", "done", "mutations")
+    __slots__ = ("commit", "done", "mutations", "output")
 
-    def __init__(
-        self,
-        done: list[tuple[asyncio.Future[Any], Any, BaseException | None]],
-        actions: list[Any],
-        mutations: list[Mutation],
-    ) -> None:
+    def __init__(self, done: list[tuple[asyncio.Future[Any], Any, BaseException | None]], output: StepOutput) -> None:
         self.done = done
-        self.actions = actions
-        self.mutations = mutations
+        self.output = output
+        self.mutations: list[Mutation] = output.mutations
         self.commit: asyncio.Task[None] | None = None
 
     def fail(self, error: Exception) -> None:

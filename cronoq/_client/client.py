@@ -10,6 +10,7 @@ import grpc
 import grpc.aio
 
 from cronoq._client.channel import auth_metadata, open_channel, wants_tls
+from cronoq._client.coalesce import SubmitCoalescer
 from cronoq._client.common import Payload, TaskRef
 from cronoq._client.encoding import (
     OVERLAPS,
@@ -33,11 +34,22 @@ if TYPE_CHECKING:
 # The generated service module carries no annotations.
 pb_grpc: Any = cronoq_pb2_grpc
 
+COALESCE_CALLS = 4
+"""Submit/SubmitBatch calls a coalescing client keeps in flight for its single submits."""
+COALESCE_MAX_TASKS = 500
+"""Most submits merged into one SubmitBatch (within the server's default ``max_tasks_per_batch``)."""
+COALESCE_MAX_BYTES = 2 << 20
+"""Most task bytes merged into one SubmitBatch (within gRPC's default 4 MiB message limit)."""
+
 
 class Client:
     """Submit tasks to a cronoq server and follow them (``cronoq.v1.Tasks`` and ``Admin``).
 
     Use as ``async with Client("localhost:7070", token=...) as c: ...`` or call ``close()``.
+
+    ``coalesce=True`` merges concurrent ``submit`` calls into SubmitBatch calls transparently,
+    each caller still getting its own answer or error (``cronoq._client.coalesce``): for a
+    producer that submits many tasks one by one from many coroutines.
     """
 
     def __init__(
@@ -48,8 +60,10 @@ class Client:
         tls: bool = False,
         credentials: grpc.ChannelCredentials | None = None,
         options: Sequence[tuple[str, Any]] | None = None,
+        coalesce: bool = False,
     ) -> None:
         self.target = target
+        self.coalesce = coalesce
         self._token = token or None
         self._secure = wants_tls(target, tls, credentials)
         self._credentials = credentials
@@ -59,6 +73,7 @@ class Client:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: Any = None
         self._admin: Any = None
+        self._coalescer: SubmitCoalescer | None = None
 
     def __repr__(self) -> str:
         return f"Client({self.target!r})"
@@ -78,13 +93,28 @@ class Client:
             self._loop = loop
             self._tasks = pb_grpc.TasksStub(self._channel)
             self._admin = pb_grpc.AdminStub(self._channel)
+            self._coalescer = None  # its futures belonged to the previous loop
         return self._tasks, self._admin
+
+    def _submit_coalescer(self) -> SubmitCoalescer:
+        self._stubs()
+        if self._coalescer is None:
+            self._coalescer = SubmitCoalescer(
+                lambda request: self._call("tasks", "Submit", request),
+                lambda batch: self._call("tasks", "SubmitBatch", batch),
+                calls=COALESCE_CALLS,
+                max_tasks=COALESCE_MAX_TASKS,
+                max_bytes=COALESCE_MAX_BYTES,
+            )
+        return self._coalescer
 
     async def close(self) -> None:
         """Close the channel (a later call opens a new one)."""
-        channel, loop = self._channel, self._loop
-        self._channel = self._loop = self._tasks = self._admin = None
+        channel, loop, coalescer = self._channel, self._loop, self._coalescer
+        self._channel = self._loop = self._tasks = self._admin = self._coalescer = None
         if channel is not None and loop is asyncio.get_running_loop():
+            if coalescer is not None:
+                await coalescer.close()
             await channel.close()
 
     def _call_metadata(self) -> tuple[tuple[str, str], ...] | None:
@@ -120,7 +150,10 @@ class Client:
             request.wait_timeout_s = to_seconds(wait_timeout, "wait_timeout")
             if call_timeout is None:
                 call_timeout = request.wait_timeout_s + 5.0
-        response = await self._call("tasks", "Submit", request, call_timeout)
+        if self.coalesce and not wait and call_timeout is None and not trace_metadata():
+            response = await self._submit_coalescer().submit(request)
+        else:
+            response = await self._call("tasks", "Submit", request, call_timeout)
         return Submitted._from_pb(response)
 
     async def submit_batch(self, tasks: Sequence[pb.TaskSpec]) -> list[Submitted]:

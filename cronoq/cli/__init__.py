@@ -2,7 +2,8 @@
 
 ``main(argv)`` parses the arguments, connects over gRPC and runs one command, returning its exit
 code (see ``cronoq --help`` and ``cronoq.cli.exits``). ``cronoq cluster ...`` hands its arguments to
-the local cluster launcher, ``cronoq top`` opens the live view.
+the local cluster launcher, ``cronoq chaos ...`` to the failover drills, ``cronoq top`` opens the
+live view.
 """
 
 from __future__ import annotations
@@ -27,6 +28,15 @@ def _cluster(args: Sequence[str]) -> int:
         return int(launcher.main(list(args)))
     except SystemExit as e:  # the launcher's own argparse (--help, bad usage)
         return e.code if isinstance(e.code, int) else int(Exit.USAGE)
+
+
+def _chaos(args: Sequence[str]) -> int:
+    try:
+        from cronoq.chaos import cli  # only this command needs it
+    except ImportError as e:
+        print(f"cronoq chaos: the failover drills are not available in this build ({e})", file=sys.stderr)
+        return int(Exit.ERROR)
+    return int(cli.main(list(args)))
 
 
 def _refuse_token_flag(argv: Sequence[str]) -> None:
@@ -67,6 +77,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     if arguments[:1] == ["cluster"]:
         return _cluster(arguments[1:])
+    if arguments[:1] == ["chaos"]:
+        return _chaos(arguments[1:])
     from .parser import build
 
     try:
@@ -78,6 +90,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(e.code) if isinstance(e.code, int) else int(Exit.USAGE)
         if args.command == "cluster":
             return _cluster(args.cluster_args)
+        if args.command == "chaos":
+            return _chaos(args.chaos_args)
         return int(_run(args))
     except CliError as e:
         _report(f"cronoq: {e.message}")

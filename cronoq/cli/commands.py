@@ -193,7 +193,7 @@ def tasks(args: argparse.Namespace, conn: Connection, out: Out) -> Exit:
     if args.limit is not None and args.limit < 1:
         raise spec.usage("--limit must be at least 1")
     after = spec.task_id(args.after, "--after") if args.after is not None else 0
-    request = pb.ListTasksRequest(pools=_pools(args.pool), after=after, limit=args.limit or 0)
+    request = pb.ListTasksRequest(pools=pool_names(args.pool), after=after, limit=args.limit or 0)
     request.statuses.extend(statuses)
     page = call(conn, conn.tasks.ListTasks, request, "list tasks")
     if args.all:
@@ -218,7 +218,7 @@ def tasks(args: argparse.Namespace, conn: Connection, out: Out) -> Exit:
     return Exit.OK
 
 
-def _pools(values: Sequence[str] | None) -> list[str]:
+def pool_names(values: Sequence[str] | None) -> list[str]:
     """``--pool a --pool b`` and ``--pool a,b`` both name two pools."""
     names = [name.strip() for value in values or () for name in value.split(",")]
     if any(not name for name in names):
@@ -346,7 +346,7 @@ def watch(args: argparse.Namespace, conn: Connection, out: Out) -> Exit:
     """Print events until Ctrl-C. After dropped events (a slow reader) the stream is opened again;
     so it is when a shard fails under an open stream (the rest keep coming, the missing shard is
     named on standard error) and when a shard the stream left out answers again."""
-    request = pb.WatchRequest(pools=_pools(args.pool), all_transitions=args.all)
+    request = pb.WatchRequest(pools=pool_names(args.pool), all_transitions=args.all)
     left_out: list[str] = []
     probe_every = REJOIN_PROBE_S
     while True:

@@ -187,4 +187,7 @@ def build() -> argparse.ArgumentParser:
     cluster = commands.add_parser("cluster", help="run a local multi-shard cluster (up, down, status)",
                                   add_help=False)  # fmt: skip
     cluster.add_argument("cluster_args", nargs=argparse.REMAINDER)
+
+    chaos = commands.add_parser("chaos", help="failover drills against real clusters (list, run)", add_help=False)
+    chaos.add_argument("chaos_args", nargs=argparse.REMAINDER)
     return parser

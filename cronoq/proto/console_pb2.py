@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from . import cronoq_pb2 as cronoq_dot_v1_dot_cronoq__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1f\x63ronoq/console/v1/console.proto\x12\x11\x63ronoq.console.v1\x1a\x16\x63ronoq/v1/cronoq.proto\"\xfd\x01\n\x12SearchTasksRequest\x12)\n\x04list\x18\x01 \x01(\x0b\x32\x1b.cronoq.v1.ListTasksRequest\x12\r\n\x05kinds\x18\x02 \x03(\t\x12\x0f\n\x07tenants\x18\x03 \x03(\t\x12\x12\n\nkey_prefix\x18\x04 \x01(\t\x12!\n\x14\x63reated_from_unix_ns\x18\x05 \x01(\x03H\x00\x88\x01\x01\x12\x1f\n\x12\x63reated_to_unix_ns\x18\x06 \x01(\x03H\x01\x88\x01\x01\x12\x14\n\x0cnewest_first\x18\x07 \x01(\x08\x42\x17\n\x15_created_from_unix_nsB\x15\n\x13_created_to_unix_ns\"\xab\x01\n\nTransition\x12%\n\x06status\x18\x01 \x01(\x0e\x32\x15.cronoq.v1.TaskStatus\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\r\x12\x17\n\nat_unix_ns\x18\x03 \x01(\x03H\x00\x88\x01\x01\x12\x0f\n\x07message\x18\x04 \x01(\t\x12\x1a\n\rretry_unix_ns\x18\x05 \x01(\x03H\x01\x88\x01\x01\x42\r\n\x0b_at_unix_nsB\x10\n\x0e_retry_unix_ns\"\x81\x02\n\nTaskDetail\x12!\n\x04info\x18\x01 \x01(\x0b\x32\x13.cronoq.v1.TaskInfo\x12!\n\x04spec\x18\x02 \x01(\x0b\x32\x13.cronoq.v1.TaskSpec\x12\x32\n\x0btransitions\x18\x03 \x03(\x0b\x32\x1d.cronoq.console.v1.Transition\x12\x17\n\x0fpayload_preview\x18\x04 \x01(\x0c\x12\x15\n\rpayload_bytes\x18\x05 \x01(\x04\x12\x16\n\x0eoutput_preview\x18\x06 \x01(\x0c\x12\x14\n\x0coutput_bytes\x18\x07 \x01(\x04\x12\x1b\n\x13output_content_type\x18\x08 \x01(\t\"\xb1\x02\n\tShardInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06number\x18\x02 \x01(\r\x12\r\n\x05pools\x18\x03 \x03(\t\x12\x10\n\x08\x65ndpoint\x18\x04 \x01(\t\x12\x0e\n\x06leader\x18\x05 \x01(\t\x12\x0c\n\x04host\x18\x06 \x01(\t\x12\x0b\n\x03pid\x18\x07 \x01(\r\x12\r\n\x05\x65poch\x18\x08 \x01(\x04\x12\x1d\n\x15leading_since_unix_ns\x18\t \x01(\x03\x12\x0f\n\x07version\x18\n \x01(\t\x12\r\n\x05store\x18\x0b \x01(\t\x12\x18\n\x10topology_version\x18\x0c \x01(\x04\x12\x34\n\nplacements\x18\r \x03(\x0b\x32 .cronoq.console.v1.PoolPlacement\x12\x1c\n\x14topology_differences\x18\x0e \x03(\t\"=\n\rPoolPlacement\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12\r\n\x05shard\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\x04\"^\n\x12ListShardsResponse\x12,\n\x06shards\x18\x01 \x03(\x0b\x32\x1c.cronoq.console.v1.ShardInfo\x12\x1a\n\x12unavailable_shards\x18\x02 \x03(\t\"j\n\x08Schedule\x12&\n\x04info\x18\x01 \x01(\x0b\x32\x18.cronoq.v1.RecurringInfo\x12\x0e\n\x06paused\x18\x02 \x01(\x08\x12\x0b\n\x03key\x18\x03 \x01(\t\x12\x19\n\x11next_runs_unix_ns\x18\x04 \x03(\x03\"c\n\x15ListSchedulesResponse\x12.\n\tschedules\x18\x01 \x03(\x0b\x32\x1b.cronoq.console.v1.Schedule\x12\x1a\n\x12unavailable_shards\x18\x02 \x03(\t\"\x1f\n\x0fScheduleRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"!\n\x10ScheduleResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\"+\n\x0fMovePoolRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12\n\n\x02to\x18\x02 \x01(\t\"\x1b\n\x0bMoveRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\"\xaf\x01\n\nMoveStatus\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12\r\n\x05shard\x18\x02 \x01(\t\x12\x19\n\x11placement_version\x18\x03 \x01(\x04\x12\x0f\n\x07move_id\x18\x04 \x01(\t\x12\x0e\n\x06target\x18\x05 \x01(\t\x12\x0f\n\x07version\x18\x06 \x01(\x04\x12\r\n\x05phase\x18\x07 \x01(\t\x12\x0f\n\x07message\x18\x08 \x01(\t\x12\x17\n\x0fupdated_unix_ns\x18\t \x01(\x03\x32\xd2\x05\n\x07\x43onsole\x12R\n\x0bSearchTasks\x12%.cronoq.console.v1.SearchTasksRequest\x1a\x1c.cronoq.v1.ListTasksResponse\x12\x45\n\rGetTaskDetail\x12\x15.cronoq.v1.GetRequest\x1a\x1d.cronoq.console.v1.TaskDetail\x12\x45\n\nListShards\x12\x10.cronoq.v1.Empty\x1a%.cronoq.console.v1.ListShardsResponse\x12K\n\rListSchedules\x12\x10.cronoq.v1.Empty\x1a(.cronoq.console.v1.ListSchedulesResponse\x12X\n\rPauseSchedule\x12\".cronoq.console.v1.ScheduleRequest\x1a#.cronoq.console.v1.ScheduleResponse\x12Y\n\x0eResumeSchedule\x12\".cronoq.console.v1.ScheduleRequest\x1a#.cronoq.console.v1.ScheduleResponse\x12M\n\x08MovePool\x12\".cronoq.console.v1.MovePoolRequest\x1a\x1d.cronoq.console.v1.MoveStatus\x12H\n\x07GetMove\x12\x1e.cronoq.console.v1.MoveRequest\x1a\x1d.cronoq.console.v1.MoveStatus\x12J\n\tAbortMove\x12\x1e.cronoq.console.v1.MoveRequest\x1a\x1d.cronoq.console.v1.MoveStatusb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1f\x63ronoq/console/v1/console.proto\x12\x11\x63ronoq.console.v1\x1a\x16\x63ronoq/v1/cronoq.proto\"\xfd\x01\n\x12SearchTasksRequest\x12)\n\x04list\x18\x01 \x01(\x0b\x32\x1b.cronoq.v1.ListTasksRequest\x12\r\n\x05kinds\x18\x02 \x03(\t\x12\x0f\n\x07tenants\x18\x03 \x03(\t\x12\x12\n\nkey_prefix\x18\x04 \x01(\t\x12!\n\x14\x63reated_from_unix_ns\x18\x05 \x01(\x03H\x00\x88\x01\x01\x12\x1f\n\x12\x63reated_to_unix_ns\x18\x06 \x01(\x03H\x01\x88\x01\x01\x12\x14\n\x0cnewest_first\x18\x07 \x01(\x08\x42\x17\n\x15_created_from_unix_nsB\x15\n\x13_created_to_unix_ns\"\xab\x01\n\nTransition\x12%\n\x06status\x18\x01 \x01(\x0e\x32\x15.cronoq.v1.TaskStatus\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\r\x12\x17\n\nat_unix_ns\x18\x03 \x01(\x03H\x00\x88\x01\x01\x12\x0f\n\x07message\x18\x04 \x01(\t\x12\x1a\n\rretry_unix_ns\x18\x05 \x01(\x03H\x01\x88\x01\x01\x42\r\n\x0b_at_unix_nsB\x10\n\x0e_retry_unix_ns\"\x81\x02\n\nTaskDetail\x12!\n\x04info\x18\x01 \x01(\x0b\x32\x13.cronoq.v1.TaskInfo\x12!\n\x04spec\x18\x02 \x01(\x0b\x32\x13.cronoq.v1.TaskSpec\x12\x32\n\x0btransitions\x18\x03 \x03(\x0b\x32\x1d.cronoq.console.v1.Transition\x12\x17\n\x0fpayload_preview\x18\x04 \x01(\x0c\x12\x15\n\rpayload_bytes\x18\x05 \x01(\x04\x12\x16\n\x0eoutput_preview\x18\x06 \x01(\x0c\x12\x14\n\x0coutput_bytes\x18\x07 \x01(\x04\x12\x1b\n\x13output_content_type\x18\x08 \x01(\t\"\xe3\x02\n\tShardInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06number\x18\x02 \x01(\r\x12\r\n\x05pools\x18\x03 \x03(\t\x12\x10\n\x08\x65ndpoint\x18\x04 \x01(\t\x12\x0e\n\x06leader\x18\x05 \x01(\t\x12\x0c\n\x04host\x18\x06 \x01(\t\x12\x0b\n\x03pid\x18\x07 \x01(\r\x12\r\n\x05\x65poch\x18\x08 \x01(\x04\x12\x1d\n\x15leading_since_unix_ns\x18\t \x01(\x03\x12\x0f\n\x07version\x18\n \x01(\t\x12\r\n\x05store\x18\x0b \x01(\t\x12\x30\n\x08replicas\x18\x0c \x03(\x0b\x32\x1e.cronoq.console.v1.ReplicaInfo\x12\x18\n\x10topology_version\x18\r \x01(\x04\x12\x34\n\nplacements\x18\x0e \x03(\x0b\x32 .cronoq.console.v1.PoolPlacement\x12\x1c\n\x14topology_differences\x18\x0f \x03(\t\"i\n\x0bReplicaInfo\x12\x10\n\x08\x65ndpoint\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\x0c\n\x04host\x18\x03 \x01(\t\x12\x0b\n\x03pid\x18\x04 \x01(\r\x12\x0f\n\x07version\x18\x05 \x01(\t\x12\r\n\x05\x65rror\x18\x06 \x01(\t\"=\n\rPoolPlacement\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12\r\n\x05shard\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\x04\"^\n\x12ListShardsResponse\x12,\n\x06shards\x18\x01 \x03(\x0b\x32\x1c.cronoq.console.v1.ShardInfo\x12\x1a\n\x12unavailable_shards\x18\x02 \x03(\t\"j\n\x08Schedule\x12&\n\x04info\x18\x01 \x01(\x0b\x32\x18.cronoq.v1.RecurringInfo\x12\x0e\n\x06paused\x18\x02 \x01(\x08\x12\x0b\n\x03key\x18\x03 \x01(\t\x12\x19\n\x11next_runs_unix_ns\x18\x04 \x03(\x03\"c\n\x15ListSchedulesResponse\x12.\n\tschedules\x18\x01 \x03(\x0b\x32\x1b.cronoq.console.v1.Schedule\x12\x1a\n\x12unavailable_shards\x18\x02 \x03(\t\"\x1f\n\x0fScheduleRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"!\n\x10ScheduleResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\"+\n\x0fMovePoolRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12\n\n\x02to\x18\x02 \x01(\t\"\x1b\n\x0bMoveRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\"\xaf\x01\n\nMoveStatus\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12\r\n\x05shard\x18\x02 \x01(\t\x12\x19\n\x11placement_version\x18\x03 \x01(\x04\x12\x0f\n\x07move_id\x18\x04 \x01(\t\x12\x0e\n\x06target\x18\x05 \x01(\t\x12\x0f\n\x07version\x18\x06 \x01(\x04\x12\r\n\x05phase\x18\x07 \x01(\t\x12\x0f\n\x07message\x18\x08 \x01(\t\x12\x17\n\x0fupdated_unix_ns\x18\t \x01(\x03\x32\x97\x06\n\x07\x43onsole\x12R\n\x0bSearchTasks\x12%.cronoq.console.v1.SearchTasksRequest\x1a\x1c.cronoq.v1.ListTasksResponse\x12\x45\n\rGetTaskDetail\x12\x15.cronoq.v1.GetRequest\x1a\x1d.cronoq.console.v1.TaskDetail\x12\x45\n\nListShards\x12\x10.cronoq.v1.Empty\x1a%.cronoq.console.v1.ListShardsResponse\x12K\n\rListSchedules\x12\x10.cronoq.v1.Empty\x1a(.cronoq.console.v1.ListSchedulesResponse\x12\x43\n\x0f\x44\x65scribeReplica\x12\x10.cronoq.v1.Empty\x1a\x1e.cronoq.console.v1.ReplicaInfo\x12X\n\rPauseSchedule\x12\".cronoq.console.v1.ScheduleRequest\x1a#.cronoq.console.v1.ScheduleResponse\x12Y\n\x0eResumeSchedule\x12\".cronoq.console.v1.ScheduleRequest\x1a#.cronoq.console.v1.ScheduleResponse\x12M\n\x08MovePool\x12\".cronoq.console.v1.MovePoolRequest\x1a\x1d.cronoq.console.v1.MoveStatus\x12H\n\x07GetMove\x12\x1e.cronoq.console.v1.MoveRequest\x1a\x1d.cronoq.console.v1.MoveStatus\x12J\n\tAbortMove\x12\x1e.cronoq.console.v1.MoveRequest\x1a\x1d.cronoq.console.v1.MoveStatusb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,25 +39,27 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TASKDETAIL']._serialized_start=509
   _globals['_TASKDETAIL']._serialized_end=766
   _globals['_SHARDINFO']._serialized_start=769
-  _globals['_SHARDINFO']._serialized_end=1074
-  _globals['_POOLPLACEMENT']._serialized_start=1076
-  _globals['_POOLPLACEMENT']._serialized_end=1137
-  _globals['_LISTSHARDSRESPONSE']._serialized_start=1139
-  _globals['_LISTSHARDSRESPONSE']._serialized_end=1233
-  _globals['_SCHEDULE']._serialized_start=1235
-  _globals['_SCHEDULE']._serialized_end=1341
-  _globals['_LISTSCHEDULESRESPONSE']._serialized_start=1343
-  _globals['_LISTSCHEDULESRESPONSE']._serialized_end=1442
-  _globals['_SCHEDULEREQUEST']._serialized_start=1444
-  _globals['_SCHEDULEREQUEST']._serialized_end=1475
-  _globals['_SCHEDULERESPONSE']._serialized_start=1477
-  _globals['_SCHEDULERESPONSE']._serialized_end=1510
-  _globals['_MOVEPOOLREQUEST']._serialized_start=1512
-  _globals['_MOVEPOOLREQUEST']._serialized_end=1555
-  _globals['_MOVEREQUEST']._serialized_start=1557
-  _globals['_MOVEREQUEST']._serialized_end=1584
-  _globals['_MOVESTATUS']._serialized_start=1587
-  _globals['_MOVESTATUS']._serialized_end=1762
-  _globals['_CONSOLE']._serialized_start=1765
-  _globals['_CONSOLE']._serialized_end=2487
+  _globals['_SHARDINFO']._serialized_end=1124
+  _globals['_REPLICAINFO']._serialized_start=1126
+  _globals['_REPLICAINFO']._serialized_end=1231
+  _globals['_POOLPLACEMENT']._serialized_start=1233
+  _globals['_POOLPLACEMENT']._serialized_end=1294
+  _globals['_LISTSHARDSRESPONSE']._serialized_start=1296
+  _globals['_LISTSHARDSRESPONSE']._serialized_end=1390
+  _globals['_SCHEDULE']._serialized_start=1392
+  _globals['_SCHEDULE']._serialized_end=1498
+  _globals['_LISTSCHEDULESRESPONSE']._serialized_start=1500
+  _globals['_LISTSCHEDULESRESPONSE']._serialized_end=1599
+  _globals['_SCHEDULEREQUEST']._serialized_start=1601
+  _globals['_SCHEDULEREQUEST']._serialized_end=1632
+  _globals['_SCHEDULERESPONSE']._serialized_start=1634
+  _globals['_SCHEDULERESPONSE']._serialized_end=1667
+  _globals['_MOVEPOOLREQUEST']._serialized_start=1669
+  _globals['_MOVEPOOLREQUEST']._serialized_end=1712
+  _globals['_MOVEREQUEST']._serialized_start=1714
+  _globals['_MOVEREQUEST']._serialized_end=1741
+  _globals['_MOVESTATUS']._serialized_start=1744
+  _globals['_MOVESTATUS']._serialized_end=1919
+  _globals['_CONSOLE']._serialized_start=1922
+  _globals['_CONSOLE']._serialized_end=2713
 # @@protoc_insertion_point(module_scope)

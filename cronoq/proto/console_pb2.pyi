@@ -60,7 +60,7 @@ class TaskDetail(_message.Message):
     def __init__(self, info: _Optional[_Union[_cronoq_pb2.TaskInfo, _Mapping]] = ..., spec: _Optional[_Union[_cronoq_pb2.TaskSpec, _Mapping]] = ..., transitions: _Optional[_Iterable[_Union[Transition, _Mapping]]] = ..., payload_preview: _Optional[bytes] = ..., payload_bytes: _Optional[int] = ..., output_preview: _Optional[bytes] = ..., output_bytes: _Optional[int] = ..., output_content_type: _Optional[str] = ...) -> None: ...
 
 class ShardInfo(_message.Message):
-    __slots__ = ("name", "number", "pools", "endpoint", "leader", "host", "pid", "epoch", "leading_since_unix_ns", "version", "store", "topology_version", "placements", "topology_differences")
+    __slots__ = ("name", "number", "pools", "endpoint", "leader", "host", "pid", "epoch", "leading_since_unix_ns", "version", "store", "replicas", "topology_version", "placements", "topology_differences")
     NAME_FIELD_NUMBER: _ClassVar[int]
     NUMBER_FIELD_NUMBER: _ClassVar[int]
     POOLS_FIELD_NUMBER: _ClassVar[int]
@@ -72,6 +72,7 @@ class ShardInfo(_message.Message):
     LEADING_SINCE_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     STORE_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
     TOPOLOGY_VERSION_FIELD_NUMBER: _ClassVar[int]
     PLACEMENTS_FIELD_NUMBER: _ClassVar[int]
     TOPOLOGY_DIFFERENCES_FIELD_NUMBER: _ClassVar[int]
@@ -86,10 +87,27 @@ class ShardInfo(_message.Message):
     leading_since_unix_ns: int
     version: str
     store: str
+    replicas: _containers.RepeatedCompositeFieldContainer[ReplicaInfo]
     topology_version: int
     placements: _containers.RepeatedCompositeFieldContainer[PoolPlacement]
     topology_differences: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., number: _Optional[int] = ..., pools: _Optional[_Iterable[str]] = ..., endpoint: _Optional[str] = ..., leader: _Optional[str] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ..., epoch: _Optional[int] = ..., leading_since_unix_ns: _Optional[int] = ..., version: _Optional[str] = ..., store: _Optional[str] = ..., topology_version: _Optional[int] = ..., placements: _Optional[_Iterable[_Union[PoolPlacement, _Mapping]]] = ..., topology_differences: _Optional[_Iterable[str]] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., number: _Optional[int] = ..., pools: _Optional[_Iterable[str]] = ..., endpoint: _Optional[str] = ..., leader: _Optional[str] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ..., epoch: _Optional[int] = ..., leading_since_unix_ns: _Optional[int] = ..., version: _Optional[str] = ..., store: _Optional[str] = ..., replicas: _Optional[_Iterable[_Union[ReplicaInfo, _Mapping]]] = ..., topology_version: _Optional[int] = ..., placements: _Optional[_Iterable[_Union[PoolPlacement, _Mapping]]] = ..., topology_differences: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ReplicaInfo(_message.Message):
+    __slots__ = ("endpoint", "state", "host", "pid", "version", "error")
+    ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    endpoint: str
+    state: str
+    host: str
+    pid: int
+    version: str
+    error: str
+    def __init__(self, endpoint: _Optional[str] = ..., state: _Optional[str] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ..., version: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
 
 class PoolPlacement(_message.Message):
     __slots__ = ("pool", "shard", "version")

@@ -55,6 +55,11 @@ class ConsoleStub:
                 request_serializer=cronoq_dot_v1_dot_cronoq__pb2.Empty.SerializeToString,
                 response_deserializer=cronoq_dot_console_dot_v1_dot_console__pb2.ListSchedulesResponse.FromString,
                 _registered_method=True)
+        self.DescribeReplica = channel.unary_unary(
+                '/cronoq.console.v1.Console/DescribeReplica',
+                request_serializer=cronoq_dot_v1_dot_cronoq__pb2.Empty.SerializeToString,
+                response_deserializer=cronoq_dot_console_dot_v1_dot_console__pb2.ReplicaInfo.FromString,
+                _registered_method=True)
         self.PauseSchedule = channel.unary_unary(
                 '/cronoq.console.v1.Console/PauseSchedule',
                 request_serializer=cronoq_dot_console_dot_v1_dot_console__pb2.ScheduleRequest.SerializeToString,
@@ -106,6 +111,13 @@ class ConsoleServicer:
 
     def ListSchedules(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeReplica(self, request, context):
+        """Metrics role. Answered by the replica called, leader or standby (never forwarded): itself.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -169,6 +181,11 @@ def add_ConsoleServicer_to_server(servicer, server):
                     servicer.ListSchedules,
                     request_deserializer=cronoq_dot_v1_dot_cronoq__pb2.Empty.FromString,
                     response_serializer=cronoq_dot_console_dot_v1_dot_console__pb2.ListSchedulesResponse.SerializeToString,
+            ),
+            'DescribeReplica': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeReplica,
+                    request_deserializer=cronoq_dot_v1_dot_cronoq__pb2.Empty.FromString,
+                    response_serializer=cronoq_dot_console_dot_v1_dot_console__pb2.ReplicaInfo.SerializeToString,
             ),
             'PauseSchedule': grpc.unary_unary_rpc_method_handler(
                     servicer.PauseSchedule,
@@ -304,6 +321,33 @@ class Console:
             '/cronoq.console.v1.Console/ListSchedules',
             cronoq_dot_v1_dot_cronoq__pb2.Empty.SerializeToString,
             cronoq_dot_console_dot_v1_dot_console__pb2.ListSchedulesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeReplica(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cronoq.console.v1.Console/DescribeReplica',
+            cronoq_dot_v1_dot_cronoq__pb2.Empty.SerializeToString,
+            cronoq_dot_console_dot_v1_dot_console__pb2.ReplicaInfo.FromString,
             options,
             channel_credentials,
             insecure,

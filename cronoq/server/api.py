@@ -37,6 +37,7 @@ from .auth import Principal
 from .errors import ApiError, Code, from_exception
 from .history import PAYLOAD_PREVIEW_BYTES, task_detail, task_query
 from .moves import PoolMoves
+from .telemetry import TRACEPARENT, outgoing_traceparent
 
 __all__ = ["DEFAULT_LIST_LIMIT", "Api", "default_pool_name"]
 
@@ -178,7 +179,9 @@ class Api:
             return None
         return principal.visible(self.pools)
 
-    def _spec(self, principal: Principal, message: pb.TaskSpec, now: int) -> TaskSpec:
+    def _spec(self, principal: Principal, message: pb.TaskSpec, now: int, traceparent: str | None) -> TaskSpec:
+        """``traceparent``: the request's span (``outgoing_traceparent()``, once per request), which
+        becomes the task's trace unless the task carries one."""
         spec = convert.task_spec(message, now, self.limits)
         if spec.key is not None and is_run_key(spec.key):
             raise ApiError.invalid(
@@ -189,9 +192,7 @@ class Api:
         spec.tenant = principal.tenant_for(spec.tenant)
         self._check_one_shard(spec)
         # OpenTelemetry: the request's span becomes the task's trace (workers see the tag).
-        from .telemetry import TRACEPARENT, outgoing_traceparent
-
-        if TRACEPARENT not in spec.tags and (traceparent := outgoing_traceparent()) is not None:
+        if traceparent is not None and TRACEPARENT not in spec.tags:
             spec.tags = {**spec.tags, TRACEPARENT: traceparent}
         return spec
 
@@ -296,7 +297,7 @@ class Api:
             raise ApiError.invalid("wait_timeout_s is only valid with wait")
         timeout = self.wait_limit(request.wait_timeout_s if request.HasField("wait_timeout_s") else None)
         service = self.current()
-        spec = self._spec(principal, request.task, self.clock())
+        spec = self._spec(principal, request.task, self.clock(), outgoing_traceparent())
         await self._check_references(principal, [spec])
         task_id, duplicate = await service.submit(spec)
         if duplicate:
@@ -317,10 +318,11 @@ class Api:
             return pb.SubmitBatchResponse()
         service = self.current()
         now = self.clock()
+        traceparent = outgoing_traceparent()
         specs: list[TaskSpec] = []
         for index, message in enumerate(request.tasks):
             try:
-                specs.append(self._spec(principal, message, now))
+                specs.append(self._spec(principal, message, now, traceparent))
             except ApiError as err:
                 raise ApiError(err.code, f"task {index}: {err.message}", err.metadata) from None
         await self._check_references(principal, specs)
@@ -527,6 +529,12 @@ class Api:
             info.topology_differences.extend(note for pool, note in sorted(self.topology.differences.items())
                                              if principal.sees(pool))  # fmt: skip
         return cpb.ListShardsResponse(shards=[info])
+
+    def describe_replica(self, principal: Principal) -> cpb.ReplicaInfo:
+        """This process as one replica of its shard (metrics role): whether it leads now."""
+        principal.require(Role.METRICS)
+        return cpb.ReplicaInfo(state="leader" if self.serving else "standby", host=socket.gethostname(),
+                               pid=os.getpid(), version=__version__)  # fmt: skip
 
     @_api_errors
     async def list_schedules(self, principal: Principal, request: pb.Empty | None = None

@@ -49,7 +49,7 @@ from .grpc_web import GrpcWebFront
 from .http import HttpGateway, ListenError, start_http
 from .moves import PoolMoves
 from .placements import keeps_placements, placed_config
-from .unary import UnaryRunner
+from .unary import UnaryRunner, time_left
 
 __all__ = ["BindError", "ServerApp", "make_store"]
 
@@ -154,7 +154,7 @@ class ServerApp:
         give it, read again at each leadership (``_configure``)."""
         self.api = Api(config)
         # Forwarded calls carry the caller's trace context when OpenTelemetry is on.
-        self.router = Router(config, self.api, traceparent=telemetry.outgoing_traceparent)
+        self.router = Router(config, self.api, traceparent=telemetry.outgoing_traceparent, time_left=time_left)
         self.authenticator = Authenticator(config.auth)
         self.store = store if store is not None else make_store(config)
         # Pool moves (docs/pool-moves.md): a leader asked to hand a pool over, or handed one, takes
@@ -281,6 +281,10 @@ class ServerApp:
                 self.api.service = None
                 self.service = None
                 self.http.retire_connections(SHUTDOWN_LINGER_S)  # HTTP clients reconnect, as gRPC ones do
+                # Calls that arrived while this node led but were not started yet (a leader woken
+                # from a freeze finds many) start now and hear UNAVAILABLE, which callers retry; a
+                # listener stopped at once would cancel them (CANCELLED, which they do not retry).
+                await asyncio.sleep(SHUTDOWN_LINGER_S)
                 await _stop_server(server, SHUTDOWN_LINGER_S)
                 with contextlib.suppress(Exception):
                     await self.store.release_leadership()

@@ -14,6 +14,8 @@ from cronoq.proto import console_pb2 as cpb
 from cronoq.proto import console_pb2_grpc as cpbg
 from cronoq.proto import cronoq_pb2 as pb
 
+from .errors import from_exception
+
 if TYPE_CHECKING:
     from .grpc_service import GrpcServices
 
@@ -31,36 +33,50 @@ class ConsoleServicer(cpbg.ConsoleServicer):
 
     async def SearchTasks(self, request: cpb.SearchTasksRequest, context: Any) -> pb.ListTasksResponse:
         services = self._services
-        return await services._unary(context, request, services.router.search_tasks)
+        return await services.run_unary(context, request, services.router.search_tasks)
 
     async def GetTaskDetail(self, request: pb.GetRequest, context: Any) -> cpb.TaskDetail:
         services = self._services
-        return await services._unary(context, request, services.router.task_detail)
+        return await services.run_unary(context, request, services.router.task_detail)
 
     async def ListShards(self, request: pb.Empty, context: Any) -> cpb.ListShardsResponse:
         services = self._services
-        return await services._unary(context, request, services.router.list_shards)
+        return await services.run_unary(context, request, services.router.list_shards)
+
+    async def DescribeReplica(self, request: pb.Empty, context: Any) -> cpb.ReplicaInfo:
+        """This process, leader or standby (a standby answers this one call): never forwarded."""
+        from .grpc_service import Malformed, _cert_names, _metadata_value
+        from .work_stream import abort_call
+
+        services = self._services
+        try:
+            if isinstance(request, Malformed):
+                raise request.error()
+            principal = services.auth.authenticate(_metadata_value(context, "authorization"), _cert_names(context))
+            return services.api.describe_replica(principal)
+        except Exception as exc:
+            return await abort_call(context, from_exception(exc))  # type: ignore[no-any-return]
 
     async def ListSchedules(self, request: pb.Empty, context: Any) -> cpb.ListSchedulesResponse:
         services = self._services
-        return await services._unary(context, request, services.router.list_schedules)
+        return await services.run_unary(context, request, services.router.list_schedules)
 
     async def PauseSchedule(self, request: cpb.ScheduleRequest, context: Any) -> cpb.ScheduleResponse:
         services = self._services
-        return await services._unary(context, request, services.router.pause_schedule)
+        return await services.run_unary(context, request, services.router.pause_schedule)
 
     async def ResumeSchedule(self, request: cpb.ScheduleRequest, context: Any) -> cpb.ScheduleResponse:
         services = self._services
-        return await services._unary(context, request, services.router.resume_schedule)
+        return await services.run_unary(context, request, services.router.resume_schedule)
 
     async def MovePool(self, request: cpb.MovePoolRequest, context: Any) -> cpb.MoveStatus:
         services = self._services
-        return await services._unary(context, request, services.router.move_pool)
+        return await services.run_unary(context, request, services.router.move_pool)
 
     async def GetMove(self, request: cpb.MoveRequest, context: Any) -> cpb.MoveStatus:
         services = self._services
-        return await services._unary(context, request, services.router.get_move)
+        return await services.run_unary(context, request, services.router.get_move)
 
     async def AbortMove(self, request: cpb.MoveRequest, context: Any) -> cpb.MoveStatus:
         services = self._services
-        return await services._unary(context, request, services.router.abort_move)
+        return await services.run_unary(context, request, services.router.abort_move)

@@ -169,6 +169,8 @@ def text(value: str, what: str, max_len: int | None = None) -> str:
 
 
 def _string_map(values: Mapping[str, str], what: str, limits: LimitsConfig) -> dict[str, str]:
+    if not values:  # most tasks: no tags, no labels
+        return {}
     if len(values) > limits.max_tags:
         raise ApiError.invalid(f"{what}: more than {limits.max_tags} entries")
     out: dict[str, str] = {}

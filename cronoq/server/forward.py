@@ -21,6 +21,7 @@ read them), so gRPC's flow control holds the sender back.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import re
@@ -77,13 +78,16 @@ class ForwardService(pbg.PeersServicer):
         register_services(server, pb, self, ("Peers",))
 
     async def Forward(self, request_iterator: Any, context: Any) -> None:
+        slot = contextlib.ExitStack()
         try:
-            self._principal_of(context)  # the stream's own credentials (and a standby refuses)
+            principal = self._principal_of(context)  # the stream's own credentials (and a standby refuses)
+            slot.enter_context(self.unary.streams.hold(principal, "Forward"))  # limits.max_streams_per_caller
         except ApiError as error:
             await abort_call(context, error)
             return
-        await context.send_initial_metadata(())
-        malformed = await _ForwardStream(self, context).run()
+        with slot:
+            await context.send_initial_metadata(())
+            malformed = await _ForwardStream(self, context).run()
         if malformed is not None:
             await abort_call(context, malformed)
 
@@ -104,7 +108,7 @@ class ForwardService(pbg.PeersServicer):
                     request = method.request.FromString(call.request)
                 except DecodeError:
                     raise ApiError.invalid(f"malformed {method.name} request") from None
-                response, missing = await self.unary.run(principal, handler, request, timeout)
+                response, missing = await self.unary.run(principal, handler, request, deadline=timeout)
             except Exception as exc:
                 error = from_exception(exc)
                 reply.code = error.code.grpc.value[0]
@@ -125,7 +129,14 @@ class ForwardService(pbg.PeersServicer):
 
 
 class _ForwardStream:
-    """One Forward stream: its calls in flight and the answers waiting to be written."""
+    """One Forward stream: its calls in flight and the answers waiting to be written.
+
+    There is no writer task: the call whose answer finds nobody writing writes it itself, at once,
+    together with every answer that is ready by then, and keeps writing while more answers wait
+    (so under load each write carries what came in during the previous one). Handing the answer
+    to a separate task would put it behind whatever else the same step woke, such as the leases
+    going to workers.
+    """
 
     def __init__(self, service: ForwardService, context: Any) -> None:
         self.service = service
@@ -134,20 +145,24 @@ class _ForwardStream:
         self.answers: deque[tuple[pb.ForwardedReply, int]] = deque()  # with its size
         self.answer_bytes = 0
         self.open_calls = 0
-        self._wake_writer: asyncio.Future[None] | None = None
+        self.writer: asyncio.Task[Any] | None = None
+        """The task writing answers now, if any."""
         self._room: asyncio.Future[None] | None = None
+        self._write_failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     async def run(self) -> ApiError | None:
         """Serve the stream until it ends; the error to end it with when a message was malformed."""
-        writer = asyncio.ensure_future(self._write_loop())
         reader = asyncio.ensure_future(self._read_loop())
         try:
-            # The reader ends with the stream; the writer only if writing failed.
-            await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
+            # The reader ends with the stream; a failed write ends it too.
+            await asyncio.wait({reader, self._write_failed}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for task in (reader, writer, *self.running.values()):
+            tasks = [reader, *self.running.values()]
+            if self.writer is not None:
+                tasks.append(self.writer)
+            for task in tasks:
                 task.cancel()  # nobody is left to answer (as gRPC cancels a cancelled call's handler)
-            await asyncio.gather(reader, writer, *self.running.values(), return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
         failure = reader.exception() if reader.done() and not reader.cancelled() else None
         return failure if isinstance(failure, ApiError) else None
 
@@ -180,39 +195,45 @@ class _ForwardStream:
             reply = await self.service.answer(call)
         except asyncio.CancelledError:
             self.open_calls -= 1
-            self._wake(room=True)
+            self._make_room()
             raise
         finally:
             self.running.pop(call.id, None)
         size = reply.ByteSize() + 8
         self.answers.append((reply, size))
         self.answer_bytes += size
-        self._wake(room=False)
+        if self.writer is None and not self._write_failed.done():
+            self.writer = asyncio.current_task()
+            try:
+                await self._write_answers()
+            finally:
+                self.writer = None
 
-    def _wake(self, *, room: bool) -> None:
-        waiter = self._room if room else self._wake_writer
+    def _make_room(self) -> None:
+        waiter = self._room
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    async def _write_loop(self) -> None:
+    async def _write_answers(self) -> None:
+        """Write answers until none waits: those ready at each turn in one message within the limit."""
         answers, write = self.answers, self.context.write
-        loop = asyncio.get_running_loop()
         limit = self.service.max_reply_bytes
-        while True:
-            if not answers:
-                self._wake_writer = loop.create_future()
-                await self._wake_writer
-                continue
-            # Every answer ready now, in one message within the size limit.
-            message = pb.ForwardResponse()
-            replies = message.replies
-            size = written = 0
-            while answers and (not written or size + answers[0][1] <= limit):
-                reply, reply_size = answers.popleft()
-                replies.append(reply)
-                size += reply_size
-                written += 1
-            await write(message)
-            self.answer_bytes -= size
-            self.open_calls -= written
-            self._wake(room=True)
+        try:
+            while answers:
+                message = pb.ForwardResponse()
+                replies = message.replies
+                size = written = 0
+                while answers and (not written or size + answers[0][1] <= limit):
+                    reply, reply_size = answers.popleft()
+                    replies.append(reply)
+                    size += reply_size
+                    written += 1
+                await write(message)
+                self.answer_bytes -= size
+                self.open_calls -= written
+                self._make_room()
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # the stream cannot carry answers any more: end it
+            if not self._write_failed.done():
+                self._write_failed.set_result(None)

@@ -219,7 +219,7 @@ class GrpcServices(pbg.TasksServicer, pbg.AdminServicer, pbg.WorkersServicer):
         self.standby = standby
         self.limits = api.limits
         self.unary = unary if unary is not None else UnaryRunner(api.limits)
-        self.work_streams = WorkStreams(api, self.principal_of)
+        self.work_streams = WorkStreams(api, self.principal_of, self.unary.streams)
 
     def add_to(self, server: grpc.aio.Server) -> None:
         """Register every method of ``cronoq.v1`` (and of the console's ``cronoq.console.v1``) as the
@@ -249,12 +249,16 @@ class GrpcServices(pbg.TasksServicer, pbg.AdminServicer, pbg.WorkersServicer):
             principal = self._principal(context)
             if isinstance(request, Malformed):
                 raise request.error()
-            response, missing = await self.unary.run(principal, handler, request)
+            # The caller's gRPC deadline bounds the call here and on any shard it is forwarded to.
+            response, missing = await self.unary.run(principal, handler, request, deadline=context.time_remaining())
             if missing:
                 context.set_trailing_metadata(((UNAVAILABLE_SHARDS_KEY, ",".join(missing)),))
             return response
         except Exception as exc:
             return await _abort(context, from_exception(exc))  # type: ignore[no-any-return]
+
+    run_unary = _unary
+    """How the services registered beside these (``console_grpc``) run a unary call."""
 
     # ------------------------------------------------------------------------------- Tasks
 
@@ -281,16 +285,18 @@ class GrpcServices(pbg.TasksServicer, pbg.AdminServicer, pbg.WorkersServicer):
             principal = self._principal(context)
             if isinstance(request, Malformed):
                 raise request.error()
-            with collect_unavailable() as missing:
-                events = await self.router.watch(principal, request)
-            try:
-                # Headers go out as soon as the subscription exists, so a router forwarding this
-                # watch knows the shard is in; shards it could not reach are named here.
-                await context.send_initial_metadata(((UNAVAILABLE_SHARDS_KEY, ",".join(missing)),) if missing else ())
-                async for event in events:
-                    await context.write(event)
-            finally:
-                await events.aclose()  # type: ignore[attr-defined]  # ends the subscription at once
+            with self.unary.streams.hold(principal, "Watch"):
+                with collect_unavailable() as missing:
+                    events = await self.router.watch(principal, request)
+                try:
+                    # Headers go out as soon as the subscription exists, so a router forwarding this
+                    # watch knows the shard is in; shards it could not reach are named here.
+                    await context.send_initial_metadata(((UNAVAILABLE_SHARDS_KEY, ",".join(missing)),)
+                                                        if missing else ())  # fmt: skip
+                    async for event in events:
+                        await context.write(event)
+                finally:
+                    await events.aclose()  # type: ignore[attr-defined]  # ends the subscription at once
         except Exception as exc:
             await _abort(context, from_exception(exc))
 

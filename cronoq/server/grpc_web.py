@@ -23,6 +23,17 @@ request headers the spec lists, and answers to those origins expose grpc-status,
 grpc-status-details-bin; other origins get no CORS headers, and credentialed CORS is never
 allowed. With authentication off (and no ``insecure_no_auth``) every request must name a loopback
 host, as on the HTTP API, else PERMISSION_DENIED.
+
+Before anyone is authenticated, the front holds connections to the HTTP listener's bounds, with the
+HTTP listener's own code (``http_listen``): at most ``limits.max_connections`` open (native and
+gRPC-Web together; more are reset as they arrive), ``header_timeout_s`` to say which protocol a
+connection speaks, finish a TLS handshake and deliver each request head, ``max_header_bytes`` and
+``max_headers`` for a head, ``idle_timeout_s`` between requests, ``write_stall_timeout_s`` for an
+answer (a Watch) the client does not read. Native gRPC connections are then grpcio's to bound,
+except for what grpcio does not count: stream resets, pings and SETTINGS of a plain-TCP client are
+counted here from frame headers as the bytes pass, and past ``limits.max_stream_resets_per_s``
+the client gets GOAWAY(ENHANCE_YOUR_CALM) between two of grpcio's frames and is disconnected
+(grpcio itself has no rate for them; over TLS the bytes cannot be read here).
 """
 
 from __future__ import annotations
@@ -52,6 +63,8 @@ from cronoq.router import UNAVAILABLE_SHARDS_KEY, Router, collect_unavailable
 from .api import Api
 from .auth import Authenticator, Principal
 from .errors import ApiError, Code, from_exception
+from .http2 import ControlBudget, ControlFrames
+from .http_listen import Connection, ConnectionBounds, Listener, request_finished, request_started
 from .unary import UnaryRunner
 
 __all__ = ["GrpcWebFront", "alpn_offers"]
@@ -59,8 +72,6 @@ __all__ = ["GrpcWebFront", "alpn_offers"]
 log = logging.getLogger("cronoq.server")
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-SNIFF_TIMEOUT_S = 10.0
-"""A connection that has not said which protocol it speaks within this long is closed."""
 _PEEK_BYTES = 16 * 1024 + 5  # a TLS record at most
 _COPY_CHUNK = 256 * 1024
 
@@ -165,7 +176,11 @@ class GrpcWebFront:
         self._listener: socket.socket | None = None
         self._acceptor: asyncio.Task[None] | None = None
         self._connections: set[asyncio.Task[None]] = set()
-        self._web = web.Server(self._handle, handler_cancellation=True, access_log=None)
+        """Connections being sorted, and native ones being copied to grpcio."""
+        self.bounds = ConnectionBounds.of(config.limits)
+        self.http = _WebListener(self._serve, self.bounds)
+        """The gRPC-Web (HTTP/1.1) connections, held to the HTTP listener's bounds."""
+        self.refused = 0
         self._methods = self._method_table()
 
     def _method_table(self) -> dict[str, _Method]:
@@ -224,8 +239,13 @@ class GrpcWebFront:
         for task in list(self._connections):
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
+        for connection in list(self.http.connections):
+            if not connection.decided:
+                connection.close()
         with contextlib.suppress(Exception):
-            await self._web.shutdown(1.0)
+            await self.http.server.shutdown(1.0)
+        for connection in list(self.http.connections):
+            connection.close()
         shutil.rmtree(self._directory, ignore_errors=True)
 
     async def _accept(self, listener: socket.socket) -> None:
@@ -237,14 +257,19 @@ class GrpcWebFront:
                 log.warning("grpc listener: accept failed: %s", exc)
                 await asyncio.sleep(0.1)
                 continue
+            if len(self._connections) + len(self.http.connections) >= self.bounds.max_connections:
+                self.refused += 1
+                _reset(sock)
+                continue
             task = loop.create_task(self._route(sock))
             self._connections.add(task)
             task.add_done_callback(self._connections.discard)
 
     async def _route(self, sock: socket.socket) -> None:
         """Sort one connection (see the module docstring) and hand it on."""
+        patience = self.bounds.header_timeout_s
         try:
-            native = await asyncio.wait_for(self._sniff(sock), SNIFF_TIMEOUT_S)
+            native = await asyncio.wait_for(self._sniff(sock), patience)
         except (TimeoutError, ValueError, OSError):
             sock.close()
             return
@@ -252,13 +277,14 @@ class GrpcWebFront:
             await self._splice(sock)
             return
         loop = asyncio.get_running_loop()
+        http = self.http
         try:
+            # The HTTP listener's connection protocol: head, idle and write-stall bounds.
             if self._tls is None:
-                await loop.connect_accepted_socket(self._web, sock)
+                await loop.connect_accepted_socket(lambda: Connection(http), sock)
             else:
-                await loop.connect_accepted_socket(
-                    self._web, sock, ssl=self._tls, ssl_handshake_timeout=SNIFF_TIMEOUT_S
-                )
+                await loop.connect_accepted_socket(lambda: Connection(http), sock, ssl=self._tls,
+                                                   ssl_handshake_timeout=patience)  # fmt: skip
         except (OSError, ssl.SSLError, ConnectionError):
             sock.close()
 
@@ -298,7 +324,12 @@ class GrpcWebFront:
             client_writer.close()
             return
         try:
-            await asyncio.gather(_copy(client_reader, grpc_writer), _copy(grpc_reader, client_writer))
+            if self._tls is None:  # frames readable: resets, pings and SETTINGS counted on the way
+                guard = _ControlGuard(self.bounds.http2.max_resets_per_s)
+                await asyncio.gather(guard.copy_in(client_reader, grpc_writer),
+                                     guard.copy_out(grpc_reader, client_writer))  # fmt: skip
+            else:
+                await asyncio.gather(_copy(client_reader, grpc_writer), _copy(grpc_reader, client_writer))
         finally:
             for writer in (client_writer, grpc_writer):
                 writer.close()
@@ -311,6 +342,13 @@ class GrpcWebFront:
             return {}
         return {"Access-Control-Allow-Origin": origin, "Access-Control-Expose-Headers": EXPOSED_HEADERS,
                 "Vary": "Origin"}  # fmt: skip
+
+    async def _serve(self, request: web.BaseRequest) -> web.StreamResponse:
+        request_started(request)  # the head is in: no head deadline while the call runs
+        try:
+            return await self._handle(request)
+        finally:
+            request_finished(request)
 
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         cors = self._cors(request)
@@ -343,7 +381,7 @@ class GrpcWebFront:
             timeout = _timeout(request.headers.get("grpc-timeout"))
             if method.streaming:
                 return await self._stream(request, method, principal, message, content_type, cors)
-            response, missing = await self.unary.run(principal, method.handler, message, timeout)
+            response, missing = await self.unary.run(principal, method.handler, message, deadline=timeout)
         except DecodeError:
             return _trailers_only(ApiError.invalid("the request message cannot be decoded"), content_type, cors)
         except Exception as exc:
@@ -383,7 +421,13 @@ class GrpcWebFront:
 
     async def _stream(self, request: web.BaseRequest, method: _Method, principal: Principal, message: Message,
                       content_type: str, cors: dict[str, str]) -> web.StreamResponse:  # fmt: skip
-        """A server stream (Watch): subscribe first, then frames as events come, trailers last."""
+        """A server stream (Watch): subscribe first, then frames as events come, trailers last. It
+        holds one of the caller's stream slots (``limits.max_streams_per_caller``) while open."""
+        with self.unary.streams.hold(principal, "Watch"):
+            return await self._serve_stream(request, method, principal, message, content_type, cors)
+
+    async def _serve_stream(self, request: web.BaseRequest, method: _Method, principal: Principal, message: Message,
+                            content_type: str, cors: dict[str, str]) -> web.StreamResponse:  # fmt: skip
         with collect_unavailable() as missing:
             events: AsyncIterator[Message] = await method.handler(principal, message)
         headers = {"Content-Type": content_type, **cors}
@@ -412,6 +456,75 @@ def _trailers_only(error: ApiError, content_type: str, cors: dict[str, str]) -> 
                **cors}  # fmt: skip
     headers.update(error.metadata)
     return web.Response(status=200, headers=headers)
+
+
+class _WebListener(Listener):
+    """The HTTP listener's connection bounds for gRPC-Web, which browsers speak over HTTP/1.1 only:
+    a connection that turns out to speak HTTP/2 here (after TLS chose ``http/1.1``) is closed."""
+
+    def http2(self) -> asyncio.Protocol:
+        return _Refused()
+
+
+class _Refused(asyncio.Protocol):
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport.close()
+
+
+_GOAWAY_CALM = struct.pack("!IBBIII", 8, 0x7, 0, 0, 2**31 - 1, 0xB)[1:]
+"""GOAWAY(ENHANCE_YOUR_CALM), every stream possibly processed (so nothing is retried elsewhere)."""
+
+
+class _ControlGuard:
+    """Both directions of one native gRPC connection through the front, with the client's
+    resets, pings and SETTINGS held to a rate (``http2.ControlBudget``). Past it the client's
+    bytes stop, grpcio's connection is closed, and once grpcio's last whole frame is out the
+    client gets GOAWAY(ENHANCE_YOUR_CALM)."""
+
+    def __init__(self, rate: int) -> None:
+        self._budget = ControlBudget(rate)
+        self.calmed = False
+
+    async def copy_in(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        frames = ControlFrames()
+        try:
+            while data := await reader.read(_COPY_CHUNK):
+                found = frames.count(data)
+                if found and not self._budget.spend(found):
+                    self.calmed = True
+                    log.debug("grpc: a client sent resets, pings or SETTINGS too fast; GOAWAY and closing")
+                    writer.close()  # grpcio lets go of the connection and cancels its calls
+                    return
+                writer.write(data)
+                await writer.drain()
+            if writer.can_write_eof():
+                writer.write_eof()
+        except (ConnectionError, OSError):
+            writer.close()
+
+    async def copy_out(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        frames = ControlFrames(preface=False)  # only to know where grpcio's frames end
+        try:
+            while data := await reader.read(_COPY_CHUNK):
+                frames.count(data)
+                writer.write(data)
+                await writer.drain()
+            if self.calmed and frames.between_frames:
+                writer.write(_GOAWAY_CALM)
+                await writer.drain()
+            if self.calmed:
+                writer.close()
+            elif writer.can_write_eof():
+                writer.write_eof()
+        except (ConnectionError, OSError):
+            writer.close()
+
+
+def _reset(sock: socket.socket) -> None:
+    """Close with a reset (SO_LINGER 0): a refused connection leaves nothing in TIME_WAIT."""
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
 
 
 def _host_name(header: str) -> str:

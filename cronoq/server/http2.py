@@ -47,7 +47,8 @@ from hyperframe.frame import GoAwayFrame
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-__all__ = ["PREFACE", "H2Request", "Http2Connection", "Http2Limits", "StreamedResponse", "reset", "retire"]
+__all__ = ["PREFACE", "ControlBudget", "ControlFrames", "H2Request", "Http2Connection", "Http2Limits",
+           "StreamedResponse", "reset", "retire"]
 
 log = logging.getLogger("cronoq.server")
 
@@ -212,18 +213,24 @@ class Http2Limits:
         self.max_headers = max_headers
 
 
-class _ControlFrames:
+class ControlFrames:
     """Counts the frames that cost work without asking for an answer — RST_STREAM, and PING and
     SETTINGS that are not acknowledgements — by reading frame headers only, so a flood is caught
-    before h2 parses it (h2 spends about 0.1 ms on each HEADERS frame)."""
+    before h2 parses it (h2 spends about 0.1 ms on each HEADERS frame). ``preface``: the bytes
+    are a client's, which begin with the connection preface (a server's begin with a frame)."""
 
     __slots__ = ("_head", "_skip")
 
-    def __init__(self) -> None:
-        self._skip = len(PREFACE)
+    def __init__(self, *, preface: bool = True) -> None:
+        self._skip = len(PREFACE) if preface else 0
         """Bytes still to pass over: the preface, then the payload of the frame in progress."""
         self._head = b""
         """The first bytes of a frame header split between reads."""
+
+    @property
+    def between_frames(self) -> bool:
+        """The bytes counted so far end with a whole frame (a frame may be put in here)."""
+        return not self._skip and not self._head
 
     def count(self, data: bytes) -> int:
         found = 0
@@ -253,7 +260,7 @@ _ACKABLE = frozenset({0x4, 0x6})  # SETTINGS, PING
 _ACK_FLAG = 0x1
 
 
-class _Budget:
+class ControlBudget:
     """A token bucket: ``rate`` per second, at most ``rate`` saved up."""
 
     __slots__ = ("_at", "_left", "_rate")
@@ -310,8 +317,8 @@ class Http2Connection(asyncio.Protocol):
         self._all_done: asyncio.Event = asyncio.Event()
         self._all_done.set()
         self._served_any = False
-        self._control_budget = _Budget(limits.max_resets_per_s)
-        self._control_frames = _ControlFrames()
+        self._control_budget = ControlBudget(limits.max_resets_per_s)
+        self._control_frames = ControlFrames()
         self._reset_in_batch: set[int] = set()
         """Streams the client reset within the bytes being handled: never started."""
         self._overdrawn = False

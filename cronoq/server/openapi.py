@@ -100,13 +100,6 @@ SHARD_NAMES: Schema = {
 
 
 def _schemas(limits: LimitsConfig, resources: Mapping[str, int]) -> dict[str, Schema]:
-    id_in: Schema = {
-        "description": "A task id: a decimal string or a JSON number.",
-        "oneOf": [
-            {"type": "string", "pattern": "^[0-9]{1,20}$"},
-            {"type": "integer", "minimum": 0, "maximum": _UINT64_MAX},
-        ],
-    }
     unix_ns_in: Schema = {
         "description": "Unix nanoseconds, not before the epoch: a decimal string or a JSON integer.",
         "oneOf": [
@@ -114,15 +107,20 @@ def _schemas(limits: LimitsConfig, resources: Mapping[str, int]) -> dict[str, Sc
             {"type": "integer", "minimum": 0, "maximum": _INT64_MAX},
         ],
     }
+    # A dependency names an existing task: ids start at 1.
+    dep_id_in: Schema = {
+        "description": "A task id (at least 1): a decimal string or a JSON number.",
+        "oneOf": [
+            {"type": "string", "pattern": "^(?=[0-9]{1,20}$)0*[1-9][0-9]*$"},
+            {"type": "integer", "minimum": 1, "maximum": _UINT64_MAX},
+        ],
+    }
     text: Schema = {"type": "string", "pattern": NO_NUL, "description": "Must not contain NUL characters."}
     name: Schema = {**text, "maxLength": limits.max_key_len}
     key_ref: Schema = {**name, "minLength": 1}
-    task_ref = {
+    dep_ref = {
         "description": "Exactly one of id and key.",
-        "oneOf": [
-            _object({"id": id_in}, ("id",)),
-            _object({"key": key_ref}, ("key",)),
-        ],
+        "oneOf": [_object({"id": dep_id_in}, ("id",)), _object({"key": key_ref}, ("key",))],
     }
     tag: Schema = {**text, "maxLength": limits.max_tag_len}
     string_map: Schema = {"type": "object", "propertyNames": tag, "additionalProperties": tag,
@@ -161,7 +159,7 @@ def _schemas(limits: LimitsConfig, resources: Mapping[str, int]) -> dict[str, Sc
             "type": "array",
             "maxItems": limits.max_deps,
             "description": 'Tasks that must succeed first: keys (strings), ids (numbers) or {"id": ...}.',
-            "items": {"oneOf": [key_ref, {"type": "integer", "minimum": 0, "maximum": _UINT64_MAX}, task_ref]},
+            "items": {"oneOf": [key_ref, {"type": "integer", "minimum": 1, "maximum": _UINT64_MAX}, dep_ref]},
         },
         "deps": {"type": "array", "maxItems": limits.max_deps, "items": _ref("Dep")},
         "resources": {
@@ -232,7 +230,7 @@ def _schemas(limits: LimitsConfig, resources: Mapping[str, int]) -> dict[str, Sc
         "Dep": {
             "description": "A conditional dependency: exactly one of id and key, and cond.",
             "oneOf": [
-                _object({"id": id_in, "cond": _nullable({"type": "string", "enum": EDGE_CONDS})}, ("id",)),
+                _object({"id": dep_id_in, "cond": _nullable({"type": "string", "enum": EDGE_CONDS})}, ("id",)),
                 _object({"key": key_ref, "cond": _nullable({"type": "string", "enum": EDGE_CONDS})}, ("key",)),
             ],
         },

@@ -36,6 +36,7 @@ from . import convert
 from .api import Api
 from .auth import Principal
 from .errors import ApiError, Code, from_exception
+from .unary import StreamSlots
 
 __all__ = ["BATCH_HEADROOM", "REGISTER_TIMEOUT_S", "SHUTDOWN_LINGER_S", "WorkStreams"]
 
@@ -61,13 +62,15 @@ async def abort_call(context: Any, error: ApiError) -> Any:
 class WorkStreams:
     """Accepts Work streams for the shard this server leads."""
 
-    def __init__(self, api: Api, principal_of: PrincipalOf) -> None:
+    def __init__(self, api: Api, principal_of: PrincipalOf, streams: StreamSlots | None = None) -> None:
         self.api = api
         self.limits = api.limits
         self._principal_of = principal_of
+        self.streams = streams if streams is not None else StreamSlots(api.limits.max_streams_per_caller)
 
     async def serve(self, context: Any) -> None:
         """One Work stream, from its Register to its end."""
+        slot = contextlib.ExitStack()
         try:
             # Credentials decide first, but a refusal is reported only after the worker's
             # Register has been read: ending the call while the client is still writing its first
@@ -92,15 +95,22 @@ class WorkStreams:
                 return
             if first.WhichOneof("msg") != "register":
                 raise ApiError.invalid("the first message of a Work stream must be Register")
+            # One of the caller's stream slots (limits.max_streams_per_caller) until the stream ends.
+            slot.enter_context(self.streams.hold(principal, "Work"))
             service, session = self._register(principal, first.register)
         except ApiError as error:
+            slot.close()
             await abort_call(context, error)
             return
-        batch_limit = 0
-        if first.register.batch_bytes:
-            # At least one lease per message whatever the worker says (a lease goes alone as before).
-            batch_limit = max(1, min(first.register.batch_bytes, self.limits.max_message_bytes) - BATCH_HEADROOM)
-        await _WorkStream(self, service, session, context, batch_limit).run()
+        except BaseException:
+            slot.close()
+            raise
+        with slot:
+            batch_limit = 0
+            if first.register.batch_bytes:
+                # At least one lease per message whatever the worker says (a lease goes alone as before).
+                batch_limit = max(1, min(first.register.batch_bytes, self.limits.max_message_bytes) - BATCH_HEADROOM)
+            await _WorkStream(self, service, session, context, batch_limit).run()
 
     def _check_register(self, principal: Principal, register: pb.Register) -> tuple[str, int, str, dict[str, str]]:
         """``(pool, granted slots, name, labels)`` of an acceptable Register; ApiError otherwise."""

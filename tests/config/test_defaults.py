@@ -79,6 +79,7 @@ def test_limits_defaults() -> None:
 LISTENER_LIMITS = {
     "max_connections": 4096,
     "max_concurrent_requests_per_caller": 256,
+    "max_streams_per_caller": 1024,
     "header_timeout_s": 10.0,
     "idle_timeout_s": 300.0,
     "max_header_bytes": 16384,

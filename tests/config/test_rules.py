@@ -89,6 +89,8 @@ RULES: list[tuple[str, str, str, str]] = [
     ("limit-connections-zero", "[limits]\nmax_connections = 0\n", "limits.max_connections", "between 1 and"),
     ("limit-per-caller-zero", "[limits]\nmax_concurrent_requests_per_caller = 0\n",
      "limits.max_concurrent_requests_per_caller", "at least 1"),
+    ("limit-streams-per-caller-zero", "[limits]\nmax_streams_per_caller = 0\n", "limits.max_streams_per_caller",
+     "between 1 and"),
     ("limit-head-timeout-zero", "[limits]\nheader_timeout_s = 0\n", "limits.header_timeout_s", "greater than 0"),
     ("limit-idle-zero", "[limits]\nidle_timeout_s = 0\n", "limits.idle_timeout_s", "greater than 0"),
     ("limit-head-small", "[limits]\nmax_header_bytes = 100\n", "limits.max_header_bytes", "between 1024 and"),

@@ -140,6 +140,8 @@ INVALID: list[tuple[str, str, str, str]] = [
     ("endpoint-path", _shards_only(shard(endpoint="https://a:1/api")), "shards[0].endpoint", "no path"),
     ("endpoint-user", _shards_only(shard(endpoint="https://u:p@a:1")), "shards[0].endpoint", "user information"),
     ("endpoint-port", _shards_only(shard(endpoint="https://a:99999")), "shards[0].endpoint", "not a valid URL"),
+    ("replica-path", _shards_only(shard() + 'replicas = ["https://a-0:1", "https://a-1:1/x"]\n'),
+     "shards[0].replicas[1]", "no path"),
     ("unknown-pool", _shards_only(shard(pools='["default", "gpu"]')), "shards[0].pools[1]", "unknown pool 'gpu'"),
     ("pool-in-two", _shards_only(shard("a", 1, '["default"]'), shard("b", 2, '["default", "llm"]'), pools=TWO_POOLS),
      "shards[1].pools[0]", "already served by shard 'a'"),
@@ -166,6 +168,13 @@ INVALID: list[tuple[str, str, str, str]] = [
 @pytest.mark.parametrize(("text", "path", "phrase"), [c[1:] for c in INVALID], ids=[c[0] for c in INVALID])
 def test_invalid_sharded_config(text: str, path: str, phrase: str) -> None:
     assert_problem(text, path, phrase, env=PG_ENV)
+
+
+def test_replicas_are_read_and_optional() -> None:
+    text = _shards_only(shard() + 'replicas = ["https://a-0.internal:7070", "https://a-1.internal:7070"]\n')
+    assert assert_loads(text, env=PG_ENV).shards[0].replicas == ("https://a-0.internal:7070",
+                                                                 "https://a-1.internal:7070")  # fmt: skip
+    assert assert_loads(_shards_only(shard()), env=PG_ENV).shards[0].replicas == ()
 
 
 def test_unknown_shard_override_is_refused() -> None:

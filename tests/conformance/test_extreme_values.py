@@ -26,7 +26,6 @@ from cronoq.engine import (
     CoreConfig,
     Dispatch,
     Failure,
-    Persist,
     PoolConfig,
     SubmitCode,
     TaskSpec,
@@ -83,11 +82,10 @@ async def scenario(stores: Database, extremes: dict[str, object], key: str | Non
 
     async def step() -> list[Dispatch]:
         core.tick(now)
-        actions = core.drain_actions()
-        persisted = [m for a in actions if isinstance(a, Persist) for m in a.mutations]
-        if persisted:
-            await first.commit(epoch, persisted)  # an admitted value never fails a commit
-        return [a for a in actions if isinstance(a, Dispatch)]
+        output = core.drain()
+        if output.mutations:
+            await first.commit(epoch, output.mutations)  # an admitted value never fails a commit
+        return output.dispatches
 
     running = await step()
     for _ in range(failures):

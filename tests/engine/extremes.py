@@ -5,29 +5,21 @@ independent statement of which of them must be refused at admission.
 The ranges: instants in [0, 2**63) ns (int64, what the stores' columns hold); durations in
 [0, 100 years]; a timeout is positive; 1 <= max_attempts < 2**32; a retry multiplier is a finite
 number of at least 1.
+
+``examples`` is the shared fuzz budget: ``make fuzz`` (CRONOQ_FUZZ=long) multiplies the counts.
 """
 
 from __future__ import annotations
 
 import math
-import os
 
 from cronoq.engine import FixedStart, MissPolicy, RetryPolicy, TaskSpec
 from cronoq.engine.limits import MAX_COUNT, MAX_DURATION, MAX_INSTANT
 from hypothesis import strategies as st
 
+from tests.fuzz.budget import examples as examples  # re-exported for the property tests
+
 from .sim import START, ns
-
-# ``make fuzz`` sets CRONOQ_FUZZ=long: the property tests over extreme values then try
-# CRONOQ_FUZZ_SCALE (default 40) times as many examples as in ``make test``.
-_LONG = os.environ.get("CRONOQ_FUZZ", "").strip().lower() == "long"
-_SCALE = max(1, int(os.environ.get("CRONOQ_FUZZ_SCALE", "40"))) if _LONG else 1
-
-
-def examples(short: int) -> int:
-    """The example count of a property test that tries ``short`` examples in ``make test``."""
-    return short * _SCALE
-
 
 # Numbers at and beyond every edge, for the "extreme" submissions.
 BAD_INTS = [-1, -(2**63), 2**63, 2**64, 10**30]

@@ -13,19 +13,16 @@ from dataclasses import dataclass, field
 
 from cronoq.engine import (
     Abort,
-    Action,
     Core,
     CoreConfig,
-    Dispatch,
     Failure,
     Lease,
     Outcome,
-    Persist,
     PoolConfig,
-    Publish,
     Resolve,
     Scale,
     StatusEvent,
+    StepOutput,
     Success,
     TaskInfo,
     TaskSpec,
@@ -87,33 +84,34 @@ class Sim:
     def fail(self, lease: Lease | int, message: str = "boom", permanent: bool = False) -> bool:
         return self.complete(lease, Failure(message, permanent))
 
-    def step(self) -> list[Action]:
+    def step(self) -> StepOutput:
         self.core.tick(self.now)
-        actions = self.core.drain_actions()
-        for action in actions:
-            if isinstance(action, Dispatch):
-                lease = action.lease
-                self.running[lease.id] = lease
-                self.dispatched.append(lease)
-                if self.runner is not None:
-                    seconds, outcome = self.runner(lease)
-                    self._scheduled.append((self.now + ns(seconds), lease.id, outcome))
-                    self._scheduled.sort(key=lambda item: (item[0], item[1]))
-            elif isinstance(action, Resolve):
-                self.resolved.append(action)
-                self.events.append(action.event)
-            elif isinstance(action, Publish):
-                self.events.append(action.event)
-            elif isinstance(action, Abort):
-                self.aborts.append(action)
-                self.running.pop(action.lease_id, None)
-            elif isinstance(action, Scale):
-                self.scales.append(action)
-            elif isinstance(action, Persist):
-                self.persisted.extend(action.mutations)
+        output = self.core.drain()
+        self.persisted.extend(output.mutations)
+        # A task's intermediate events all precede its terminal one, as they did in the step.
+        self.events.extend(output.events)
+        for resolved in output.resolves:
+            self.resolved.append(resolved)
+            self.events.append(resolved.event)
+        aborted = set()
+        for abort in output.aborts:
+            self.aborts.append(abort)
+            self.running.pop(abort.lease_id, None)
+            aborted.add(abort.lease_id)
+        for dispatch in output.dispatches:
+            lease = dispatch.lease
+            self.dispatched.append(lease)
+            if lease.id in aborted:
+                continue  # dispatched and stopped again within the step
+            self.running[lease.id] = lease
+            if self.runner is not None:
+                seconds, outcome = self.runner(lease)
+                self._scheduled.append((self.now + ns(seconds), lease.id, outcome))
+                self._scheduled.sort(key=lambda item: (item[0], item[1]))
+        self.scales.extend(output.scales)
         if self.check:
             self.core.check_invariants()
-        return actions
+        return output
 
     def advance(self, seconds: float) -> None:
         """Move the clock forward, stopping at every timer and scheduled completion on the way."""

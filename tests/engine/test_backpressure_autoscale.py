@@ -21,7 +21,7 @@ from cronoq.engine import (
     Priority,
     ResourceConfig,
     RetryPolicy,
-    SpaceAvailable,
+    StepOutput,
     SubmitCode,
     Success,
     TaskSpec,
@@ -52,8 +52,8 @@ def code_of(sim: Sim, **spec: object) -> SubmitCode:
     return err.value.code
 
 
-def space_actions(actions: list[object]) -> list[SpaceAvailable]:
-    return [a for a in actions if isinstance(a, SpaceAvailable)]
+def space_actions(output: StepOutput) -> list[str | None]:
+    return output.space
 
 
 # ---------------------------------------------------------------------------------------------
@@ -75,7 +75,7 @@ def test_pool_max_pending_under_wait_is_full_then_space_available() -> None:
     # A task leaving the pending state (it starts running) makes room and says so.
     sim.core.set_capacity(sim.now, "default", 1)
     actions = sim.step()
-    assert [a.pool for a in space_actions(actions)] == ["default"]
+    assert space_actions(actions) == ["default"]
     assert sim.status(sim.submit("c")) == "ready"
 
 
@@ -85,7 +85,7 @@ def test_space_available_is_sent_only_after_a_full_refusal() -> None:
     actions = sim.step()
     sim.complete(sim.lease_of(tid))
     assert space_actions(actions) == []
-    assert not any(isinstance(a, SpaceAvailable) for a in sim.step())
+    assert space_actions(sim.step()) == []
 
 
 def test_cancelling_a_pending_task_makes_space() -> None:
@@ -93,7 +93,7 @@ def test_cancelling_a_pending_task_makes_space() -> None:
     first = sim.submit("a")
     assert code_of(sim) is SubmitCode.FULL
     sim.core.cancel(sim.now, first)
-    assert [a.pool for a in space_actions(sim.step())] == ["default"]
+    assert space_actions(sim.step()) == ["default"]
     sim.submit("b")
 
 
@@ -126,7 +126,7 @@ def test_per_class_bound_only_limits_its_class() -> None:
     for _ in range(5):
         sim.submit("normal", priority=NORMAL)
     sim.core.set_capacity(sim.now, "default", 6)
-    assert [a.pool for a in space_actions(sim.step())] == ["default"]
+    assert space_actions(sim.step()) == ["default"]
     sim.submit("low again", priority=LOW)
 
 
@@ -143,7 +143,7 @@ def test_global_bound_spans_pools() -> None:
     assert code_of(sim, pool="a") is SubmitCode.FULL
     sim.core.set_capacity(sim.now, "a", 1)
     actions = sim.step()
-    assert None in [a.pool for a in space_actions(actions)]
+    assert None in space_actions(actions)
     sim.submit("fits", pool="b")
 
 

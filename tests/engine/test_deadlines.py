@@ -36,7 +36,7 @@ def finish_blocker_and_drain(sim: Sim) -> list[object]:
 
 def urgency_at(sim: Sim, task_id: int, now: int) -> float:
     """The urgency term of a task's score at ``now`` (reads the engine's own computation)."""
-    return sim.core._urgency(sim.core._tasks[task_id], now)
+    return sim.core.urgency(task_id, now)
 
 
 def pause(sim: Sim) -> None:

@@ -30,13 +30,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cronoq.engine import (
-    Abort,
-    Action,
     AdmissionError,
     Bounds,
     CancelledByExecutor,
     Dep,
-    Dispatch,
     EdgeCond,
     Failure,
     Fairness,
@@ -45,9 +42,9 @@ from cronoq.engine import (
     OverflowPolicy,
     PoolConfig,
     Priority,
-    Resolve,
     ResourceConfig,
     RetryPolicy,
+    StepOutput,
     SubmitCode,
     Success,
     TaskSpec,
@@ -117,13 +114,13 @@ def edge_ok(cond: EdgeCond, status: TaskStatus) -> bool:
 
 @dataclass
 class CheckedSim(Sim):
-    hook: Callable[[list[Action]], None] | None = None
+    hook: Callable[[StepOutput], None] | None = None
 
-    def step(self) -> list[Action]:
-        actions = super().step()
+    def step(self) -> StepOutput:
+        output = super().step()
         if self.hook is not None:
-            self.hook(actions)
-        return actions
+            self.hook(output)
+        return output
 
 
 @dataclass
@@ -442,21 +439,27 @@ class Harness:
 
     # -- checks -----------------------------------------------------------------------------
 
-    def after_step(self, actions: list[Action]) -> None:
+    def after_step(self, output: StepOutput) -> None:
         now = self.sim.now
         dispatched: set[tuple[str, frozenset[tuple[str, str]]]] = set()
-        for action in actions:
-            if isinstance(action, Dispatch):
-                lease = action.lease
-                self._check_dispatch(lease.task_id, lease.attempt, lease.id, dict(lease.group), now)
-                dispatched.add((lease.pool, frozenset(lease.group.items())))
-            elif isinstance(action, Abort):
-                self.held.pop(action.lease_id, None)
-            elif isinstance(action, Resolve):
-                event = action.event
-                assert event.status.terminal
-                self.terminal_events[event.id] += 1
-                assert self.terminal_events[event.id] == 1, f"task {event.id} resolved twice"
+        # Aborts of earlier leases come before this step's dispatches (a retry may start at once);
+        # an abort of a lease dispatched in this very step comes after it.
+        fresh = {dispatch.id for dispatch in output.dispatches}
+        for abort in output.aborts:
+            if abort.lease_id not in fresh:
+                self.held.pop(abort.lease_id, None)
+        for dispatch in output.dispatches:
+            lease = dispatch.lease
+            self._check_dispatch(lease.task_id, lease.attempt, lease.id, dict(lease.group), now)
+            dispatched.add((lease.pool, frozenset(lease.group.items())))
+        for abort in output.aborts:
+            if abort.lease_id in fresh:
+                self.held.pop(abort.lease_id, None)
+        for resolved in output.resolves:
+            event = resolved.event
+            assert event.status.terminal
+            self.terminal_events[event.id] += 1
+            assert self.terminal_events[event.id] == 1, f"task {event.id} resolved twice"
         if dispatched:
             for pool in self.core.snapshot(now).pools:
                 retiring = sum(max(0, g.busy - g.capacity) for g in pool.groups)

@@ -114,13 +114,14 @@ def test_persist_emits_mutations_only_when_enabled() -> None:
                for m in loud.persisted)
 
 
-def test_persist_comes_first_in_a_step() -> None:
+def test_a_step_hands_over_its_mutations_with_its_dispatches() -> None:
     sim = persisting()
-    sim.core.submit(sim.now, TaskSpec(payload="x"))
+    task_id = sim.core.submit(sim.now, TaskSpec(payload="x")).id
     sim.core.tick(sim.now)
-    actions = sim.core.drain_actions()
-    assert type(actions[0]).__name__ == "Persist"
-    assert any(type(a).__name__ == "Dispatch" for a in actions[1:])
+    output = sim.core.drain()
+    assert [type(m).__name__ for m in output.mutations] == ["PutTask", "SetStatus"]
+    assert [d.task_id for d in output.dispatches] == [task_id]
+    assert not sim.core.drain()  # drained: the next step starts empty
 
 
 def test_restore_keeps_ids_and_submission_order() -> None:

@@ -142,6 +142,42 @@ async def test_each_call_in_a_stream_is_authenticated_and_answered_by_itself(fed
             assert error.value.code() == grpc.StatusCode.UNAUTHENTICATED
 
 
+async def test_many_calls_at_once_are_each_answered_once(federation: Federation) -> None:
+    """More calls in one message than a stream may hold open (MAX_OPEN_CALLS): every one is
+    answered exactly once (accepted, or refused by the per-credential in-flight limit), the
+    answers of calls finishing together sharing messages."""
+    from cronoq.server.forward import MAX_OPEN_CALLS
+
+    count = MAX_OPEN_CALLS + 44
+    async with grpc.aio.insecure_channel(federation["s2"].address) as channel:
+        call = pbg.PeersStub(channel).Forward(metadata=bearer(CLIENT_TOKEN))
+        keys = {n: f"many-{uuid.uuid4().hex[:8]}-{n}" for n in range(1, count + 1)}
+        calls = [
+            pb.ForwardedCall(id=n, method=SUBMIT, timeout_s=10, authorization=f"Bearer {P2_CLIENT_TOKEN}",
+                             request=pb.SubmitRequest(task=pb.TaskSpec(pool="p2", key=key)).SerializeToString())
+            for n, key in keys.items()
+        ]  # fmt: skip
+        await call.write(pb.ForwardRequest(calls=calls))
+        answered: dict[int, pb.ForwardedReply] = {}
+        messages = 0
+        while len(answered) < count:
+            response = await asyncio.wait_for(call.read(), 30)
+            messages += 1
+            for reply in response.replies:
+                assert reply.id not in answered, f"call {reply.id} answered twice"
+                answered[reply.id] = reply
+        call.cancel()
+    assert set(answered) == set(keys) and messages < count
+    accepted = {n: pb.SubmitResponse.FromString(reply.response).id for n, reply in answered.items() if reply.code == 0}
+    refused = {reply.code for reply in answered.values() if reply.code != 0}
+    assert accepted and refused <= {grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]}
+    async with grpc.aio.insecure_channel(federation["s2"].address) as channel:
+        tasks = pbg.TasksStub(channel)
+        for n, task_id in accepted.items():
+            info = await tasks.Get(pb.GetRequest(task=pb.TaskRef(id=task_id)), metadata=bearer(CLIENT_TOKEN))
+            assert info.key == keys[n]
+
+
 async def test_a_caller_that_gives_up_stops_its_call_and_the_stream_goes_on(federation: Federation) -> None:
     async with grpc.aio.insecure_channel(federation["s2"].address) as channel:
         stream = RawForward(channel, bearer(CLIENT_TOKEN))

@@ -121,11 +121,14 @@ def test_every_available_peer_runs_beside_cronoq(postgres_dsn: str) -> None:
 def test_producer_bench_reports_the_cost_of_each_way_to_submit(postgres_dsn: str) -> None:
     lines, _ = run(PRODUCER, ["--single-tasks", "200", "--batch-tasks", "2000"], postgres_dsn)
     results = {line["case"]: line for line in lines}
-    assert set(results) == {"grpc_submit_c64", "grpc_submit_batch_100", "grpc_submit_batch_1000", "http_submit_c64"}
+    assert set(results) == {"grpc_submit_c64", "grpc_submit_c64_coalesced", "grpc_submit_batch_100",
+                            "grpc_submit_batch_1000", "http_submit_c64"}  # fmt: skip
     for case, result in results.items():
         assert "error" not in result, result
         assert result["tasks_per_s"] > 0 and result["ack_p50_ms"] <= result["ack_p99_ms"]
         assert result["server_cpu_us_per_task"] > 0 and result["client_cpu_us_per_task"] > 0, case
         assert result["shed_tasks"] == 0
     assert results["grpc_submit_c64"]["calls"] == 200 and results["http_submit_c64"]["calls"] == 200
+    coalesced = results["grpc_submit_c64_coalesced"]
+    assert coalesced["calls"] == 200 and 1 <= coalesced["submit_batch_calls"] < 200
     assert results["grpc_submit_batch_100"]["calls"] == 20 and results["grpc_submit_batch_1000"]["calls"] == 2

@@ -350,6 +350,14 @@ def list_shards(case: Case) -> tuple[Outcome, Verify]:
     return case.grpc("console", "ListShards", pb.Empty()), verify
 
 
+def describe_replica(case: Case) -> tuple[Outcome, Verify]:
+    def verify(case: Case, outcome: Outcome) -> None:
+        if outcome.code == "OK":  # the process called, never another shard's: no pool in it
+            assert outcome.body.state == "leader" and outcome.body.pid > 0, outcome.body
+
+    return case.grpc("console", "DescribeReplica", pb.Empty()), verify
+
+
 def list_schedules(case: Case) -> tuple[Outcome, Verify]:
     def verify(case: Case, outcome: Outcome) -> None:
         if outcome.code == "OK":
@@ -610,6 +618,7 @@ OPS: tuple[Op, ...] = (
     Op("GetTaskDetail(id)", "client", "task", POOLS, task_detail("id")),
     Op("GetTaskDetail(key)", "client", "task", POOLS, task_detail("key")),
     Op("ListShards", "metrics", "list", (None,), list_shards),
+    Op("DescribeReplica", "metrics", "none", (None,), describe_replica),
     Op("ListSchedules", "metrics", "list", (None,), list_schedules),
     Op("PauseSchedule", "admin", "remove", POOLS, pause_schedule),
     Op("ResumeSchedule", "admin", "remove", POOLS, resume_schedule),

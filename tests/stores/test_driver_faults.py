@@ -258,7 +258,7 @@ async def test_a_new_leader_dead_letters_rows_it_cannot_run_and_leads(
                            id_epoch=epoch))  # fmt: skip
     now = 1_700_000_000 * 10**9
     ids = {name: seed.submit(now, TaskSpec(key=name)).id for name in [*rows, "healthy"]}
-    await first.commit(epoch, [m for a in seed.drain_actions() if hasattr(a, "mutations") for m in a.mutations])
+    await first.commit(epoch, seed.drain().mutations)
     await first.close()
     for name, (edit, _) in rows.items():
         for column, value in edit.items():

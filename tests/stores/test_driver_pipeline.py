@@ -12,8 +12,10 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+import pytest
 from cronoq.engine import Core, CoreConfig, Mutation, PoolConfig, PutTask, TaskSpec
-from cronoq.shard.driver import PIPELINE_MIN_MUTATIONS, Driver
+from cronoq.shard.driver import PIPELINE_MIN_MUTATIONS, Driver, NotLeader, Role
+from cronoq.stores.base import Fenced
 from cronoq.stores.memory import MemoryStore
 
 from .support import WAIT_S, Sink, eventually
@@ -101,6 +103,38 @@ async def test_after_a_small_step_commands_wait_for_its_commit_and_travel_togeth
         ids = [(await asyncio.wait_for(f, WAIT_S))[0] for f in later]
         # The three commands that waited went into one step, hence one commit.
         assert store.log[2:] == [("enter", tuple(ids)), ("done", tuple(ids))]
+    finally:
+        store.gate.set()
+        await driver.shutdown(0.0)
+
+
+async def test_a_fenced_commit_fails_the_step_computed_on_top_of_it_too() -> None:
+    """Found by the leader-pause drill: a leader woken from a freeze finds its busy commit fenced
+    while the next step is already computed. Both steps' callers must hear NotLeader at once
+    (UNAVAILABLE on the wire, retried elsewhere), not wait until the listener is stopped and their
+    calls are cancelled."""
+    store = GatedStore()
+    driver = await leading_driver(store)
+    fenced = Fenced("epoch 1 is stale: another instance leads")
+
+    async def fenced_commit(epoch: int, mutations: Sequence[Mutation]) -> None:
+        store.log.append(("enter", ()))
+        await store.gate.wait()
+        raise fenced
+
+    try:
+        ran: list[str] = []
+        store.gate.clear()
+        store.commit = fenced_commit  # type: ignore[method-assign]
+        first = driver.call(submit(PIPELINE_MIN_MUTATIONS, ran, "first"))
+        await eventually(lambda: len(store.log) == 1, "the first commit to start")
+        second = driver.call(submit(1, ran, "second"))
+        await eventually(lambda: ran == ["first", "second"], "the second step to run meanwhile")
+        store.gate.set()
+        for future in (first, second):
+            with pytest.raises(NotLeader):
+                await asyncio.wait_for(future, WAIT_S)
+        assert driver.role is Role.STOPPED
     finally:
         store.gate.set()
         await driver.shutdown(0.0)

@@ -22,7 +22,7 @@ from rich.layout import Layout
 from rich.live import Live
 
 from .. import spec
-from ..commands import _pools
+from ..commands import pool_names
 from ..connection import Connection
 from ..exits import CliError, Exit
 from ..text import Out
@@ -63,7 +63,7 @@ def run_top(args: argparse.Namespace, conn: Connection, out: Out) -> Exit:
         raise spec.usage("--tasks must be at least 1")
     if not (sys.stdin.isatty() and out.stdout_tty):
         raise CliError(Exit.USAGE, "cronoq top needs a terminal (use snapshot, tasks or watch in scripts)")
-    pools = _pools(args.pool)
+    pools = pool_names(args.pool)
     feed = Feed(conn, pools=pools, task_limit=args.tasks, interval=interval)
     console = Console(highlight=False)
     fd = sys.stdin.fileno()

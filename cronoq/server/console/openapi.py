@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from ..openapi import signed_int64_pattern
+from ..openapi import NO_NUL, signed_int64_pattern
 
 __all__ = ["extend"]
 
@@ -20,7 +20,7 @@ def _ref(name: str) -> Schema:
 
 
 def _list(kind: str) -> Schema:
-    return {"type": "string", "description": f"Comma-separated {kind} (or the parameter repeated)."}
+    return {"type": "string", "pattern": NO_NUL, "description": f"Comma-separated {kind} (or the parameter repeated)."}
 
 
 def _query(name: str, description: str, schema: Schema) -> Schema:
@@ -33,7 +33,7 @@ _SIGNED_NS: Schema = {"type": "string", "pattern": signed_int64_pattern()}
 SEARCH_PARAMETERS: list[Schema] = [
     _query("kind", "Only these kinds.", _list("kinds")),
     _query("tenant", "Only these tenants.", _list("tenants")),
-    _query("key_prefix", "Only keys starting with this text.", {"type": "string"}),
+    _query("key_prefix", "Only keys starting with this text.", {"type": "string", "pattern": NO_NUL}),
     _query("created_from_unix_ns", "Submitted at or after (Unix ns).", _SIGNED_NS),
     _query("created_to_unix_ns", "Submitted before (Unix ns).", _SIGNED_NS),
     _query("newest_first", "Highest ids first; after is then an upper bound.", _BOOLEAN),
@@ -100,6 +100,15 @@ def _schemas(unix_ns: Schema, id_out: Schema, shard_names: Schema) -> dict[str, 
                 "leading_since_unix_ns": unix_ns,
                 "version": {"type": "string"},
                 "store": {"type": "string", "enum": ["memory", "sqlite", "postgres"]},
+                "replicas": {"type": "array", "description": "The replicas [[shards]] replicas lists, as the "
+                             "leader found them (empty when none are listed).", "items": _object({
+                    "endpoint": {"type": "string"},
+                    "state": {"type": "string", "enum": ["leader", "standby", "unavailable"]},
+                    "host": {"type": "string"},
+                    "pid": {"type": "integer", "minimum": 0},
+                    "version": {"type": "string"},
+                    "error": {"type": "string", "description": "Why it is unavailable."},
+                }, ("endpoint", "state", "host", "pid", "version", "error"))},
                 "topology_version": {**id_out, "description": "Highest version of the placements below."},
                 "placements": {"type": "array", "description": "The shard's durable pool placements.",
                                "items": _object({"pool": {"type": "string"}, "shard": {"type": "string"},

@@ -96,7 +96,8 @@ def detail_json(m: cpb.TaskDetail) -> dict[str, Any]:
 
 
 def shards_json(m: cpb.ListShardsResponse) -> dict[str, Any]:
-    """``GET /v1/shards``: every shard's leader; ``unavailable_shards`` is always present."""
+    """``GET /v1/shards``: every shard's leader and listed replicas; ``unavailable_shards`` is
+    always present."""
     shards = [
         {
             "name": shard.name,
@@ -110,6 +111,11 @@ def shards_json(m: cpb.ListShardsResponse) -> dict[str, Any]:
             "leading_since_unix_ns": ns_text(shard.leading_since_unix_ns),
             "version": shard.version,
             "store": shard.store,
+            "replicas": [
+                {"endpoint": r.endpoint, "state": r.state, "host": r.host, "pid": r.pid, "version": r.version,
+                 "error": r.error}
+                for r in shard.replicas
+            ],
             "topology_version": str(shard.topology_version),
             "placements": [
                 {"pool": placed.pool, "shard": placed.shard, "version": str(placed.version)}

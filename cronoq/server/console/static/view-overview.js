@@ -1,5 +1,5 @@
-// Overview (metrics role): every shard with its leader, or why it is missing; every pool with its
-// numbers and live charts of backlog, waits and workers.
+// Overview (metrics role): every shard with its leader and replicas, or why it is missing; every
+// pool with its numbers and live charts of backlog, waits and workers.
 
 import { get } from "./api.js";
 import { LineChart } from "./chart.js";
@@ -10,11 +10,21 @@ import { every } from "./poll.js";
 const PERIOD_MS = 2000;
 const CLASSES = ["critical", "high", "normal", "low"];
 
+// The replicas [[shards]] replicas lists, as the leader found them: leader, standby or unavailable.
+function replicaList(replicas) {
+  if (!replicas || !replicas.length) return "none listed in the configuration";
+  return h("ul", { class: "replicas" }, replicas.map((r) => h("li",
+    { class: `replica ${r.state}`, dataset: { replica: r.endpoint, state: r.state } },
+    h("span", { class: "badge" }, r.state), ` ${r.endpoint}`,
+    r.state === "unavailable" ? ` · ${r.error}` : ` · ${r.host}, pid ${r.pid}`)));
+}
+
 function shardCard(name, info, state) {
   const title = name || "(unsharded)";
   const details = info ? [
     field("Pools", info.pools.join(", ")),
     field("Leader", `${info.leader} (${info.host}, pid ${info.pid})`),
+    field("Replicas", replicaList(info.replicas)),
     field("Epoch", info.epoch),
     field("Leading since", ago(info.leading_since_unix_ns)),
     field("Endpoint", info.endpoint || "—"),
