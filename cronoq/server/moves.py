@@ -33,6 +33,8 @@ log = logging.getLogger("cronoq.server")
 
 PLACEMENT_POLL_S = 0.2
 """How often a leader reads its shard's placements to notice a pool handed to it."""
+HANDOVER_PAUSE_S = 3 * PLACEMENT_POLL_S
+"""How long the source waits after a handover before it leads again (see ``carry_out``)."""
 
 
 def template_pool(spec_text: object) -> str | None:
@@ -76,6 +78,9 @@ class PoolMoves:
                 continue
             log.info("pool %r handed to shard %r: %d tasks, %d schedules", move.pool, move.target, done.tasks,
                      done.schedules)  # fmt: skip
+            # Give the target's leader time to notice (``watch``) before this shard starts sending
+            # the pool's callers and workers there: until it does, it would send them back.
+            await asyncio.sleep(HANDOVER_PAUSE_S)
 
     async def request(self, epoch: int, pool: str, target: str, version: int) -> tuple[MoveRow, bool]:
         """Record a move of ``pool`` (fenced by ``epoch``); the move and whether it is new (False:

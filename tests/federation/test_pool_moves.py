@@ -29,7 +29,9 @@ CLIENT = (("authorization", f"Bearer {CLIENT_TOKEN}"),)
 ADMIN = (("authorization", f"Bearer {ADMIN_TOKEN}"),)
 HERE = (("cronoq-forwarded", "1"),)
 """Marks a call as forwarded: the node answers it from its own shard."""
-RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.FAILED_PRECONDITION)
+RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.CANCELLED)
+"""Answers while a shard takes the lead again or a pool is handed over. A call in flight when its
+shard steps down ends CANCELLED (outcome unknown): the test counts only answered submissions."""
 
 
 def config(store: str, ports: dict[str, int]) -> str:
