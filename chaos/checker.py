@@ -56,6 +56,8 @@ RULES = (
 )
 TERMINAL = frozenset({"succeeded", "failed", "dead_lettered", "cancelled", "skipped", "missed", "shed"})
 BUCKET_S = 0.5
+SAMPLE_SLACK_S = 0.05
+"""A leaderless span may be seen this much before the fault's recorded start (clock granularity)."""
 RECOVERY_SLACK = 5
 """Tasks of backlog above the pre-fault level still counted as recovered (arrival noise)."""
 
@@ -343,7 +345,8 @@ def _check_epochs(history: History, result: CheckResult, found: list[Violation])
 
 
 def _leaderless_intervals(history: History) -> dict[str, list[tuple[float, float]]]:
-    """Per shard, the (from, to) spans with no serving leader; an open span ends at the last sample."""
+    """Per shard, the (from, to) spans with no serving leader; an open span ends at the last sample,
+    and a takeover quicker than the sampling is an empty span at the sample that saw it."""
     changes: dict[str, list[tuple[float, str | None]]] = defaultdict(list)
     last = 0.0
     for shard, when, leader in history.leadership:
@@ -354,12 +357,17 @@ def _leaderless_intervals(history: History) -> dict[str, list[tuple[float, float
         events.sort(key=lambda event: event[0])
         spans[shard] = []
         gap_from: float | None = None
+        previous: str | None = None
         for when, leader in events:
             if leader is None and gap_from is None:
                 gap_from = when
             elif leader is not None and gap_from is not None:
                 spans[shard].append((gap_from, when))
                 gap_from = None
+            elif leader is not None and previous is not None and not set(leader.split(",")) & set(previous.split(",")):
+                # Another replica served by the next sample: the gap fell between two samples.
+                spans[shard].append((when, when))
+            previous = leader
         if gap_from is not None:
             spans[shard].append((gap_from, last))
     return spans
@@ -394,6 +402,26 @@ def _backlog_at(acks: Sequence[float], dones: Sequence[float], when: float) -> i
     return bisect_right(acks, when) - bisect_right(dones, when)
 
 
+def _span_owners(
+    history: History, spans: dict[str, list[tuple[float, float]]], last_event: float
+) -> dict[int, list[tuple[float, float]]]:
+    """Each leaderless span belongs to the latest fault of its shard (``*``: of every shard) that
+    began before it and had not been over for more than a few seconds; keyed by ``id(fault)``."""
+    owned: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    for shard, shard_spans in spans.items():
+        candidates = sorted(
+            (f for f in history.faults if f.shard in (shard, "*")), key=lambda f: f.started_at, reverse=True
+        )
+        for start, end in shard_spans:
+            for fault in candidates:
+                ended = fault.ended_at if fault.ended_at is not None else last_event
+                if fault.started_at <= start + SAMPLE_SLACK_S:
+                    if start <= ended + 5.0:
+                        owned[id(fault)].append((start, end))
+                    break
+    return owned
+
+
 def measure_faults(history: History) -> list[FaultMeasure]:
     if not history.faults:
         return []
@@ -407,19 +435,13 @@ def measure_faults(history: History) -> list[FaultMeasure]:
     last_event = max([*dones, *acks, *(f.ended_at or f.started_at for f in history.faults)], default=first_fault)
     errors = sorted(at for _, at, _ in history.client_errors)
     measures = []
+    owners = _span_owners(history, spans, last_event)
     for fault in sorted(history.faults, key=lambda f: f.started_at):
         ended = fault.ended_at if fault.ended_at is not None else last_event
         leaderless = None
-        if fault.shard is not None:
-            # "*": the fault hit every shard (Postgres, every server); the slowest shard counts.
-            shard_spans = (
-                [span for spans_of in spans.values() for span in spans_of]
-                if fault.shard == "*"
-                else spans.get(fault.shard, [])
-            )
-            hits = [(a, b) for a, b in shard_spans if fault.started_at - BUCKET_S <= a <= ended + 5.0]
-            if hits:
-                leaderless = max(b for _, b in hits) - fault.started_at
+        hits = owners.get(id(fault), [])
+        if hits:
+            leaderless = max(b for _, b in hits) - fault.started_at
         window_end = ended + (leaderless or 0.0) + 5.0
         seen = [at for at in errors if fault.started_at <= at <= window_end]
         unavailable = (seen[-1] - seen[0]) if seen else 0.0

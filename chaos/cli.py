@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import shlex
 import sys
 from collections.abc import Sequence
@@ -118,6 +119,7 @@ async def _run(args: argparse.Namespace, drills: Sequence[object]) -> int:
     from .run import RunOptions, RunOutcome, outcome_json, run_drill
 
     outcomes: list[RunOutcome] = []
+    failures = 0
     lines: list[str] = []
     base = RunOptions(shards=args.shards, replicas=args.replicas, tasks=args.tasks, rate=args.rate, seed=args.seed,
                       store=args.store, dsn=args.dsn, pause_s=args.pause, backlog=args.backlog)  # fmt: skip
@@ -133,7 +135,13 @@ async def _run(args: argparse.Namespace, drills: Sequence[object]) -> int:
                 replicas=max(base.replicas, drill.min_replicas),
             )
             keep = args.report / "runs" if args.keep else None
-            outcome = await run_drill(drill, options, run=run, keep_dir=keep)
+            try:
+                outcome = await run_drill(drill, options, run=run, keep_dir=keep)
+            except Exception as exc:  # one run that could not even start must not end the others
+                print(json.dumps({"drill": drill.name, "run": run, "seed": options.seed, "store": store, "ok": False,
+                                  "error": f"{type(exc).__name__}: {exc}"[:2000]}), flush=True)  # fmt: skip
+                failures += 1
+                continue
             line = outcome_json(outcome)
             print(line, flush=True)
             outcomes.append(outcome)
@@ -144,4 +152,4 @@ async def _run(args: argparse.Namespace, drills: Sequence[object]) -> int:
         command = "cronoq chaos " + " ".join(shlex.quote(a) for a in sys.argv[1:])
         path = write_report(args.report, outcomes, lines, command)
         print(f"\nreport: {path}")
-    return 0 if all(o.result.ok and o.drained for o in outcomes) else 1
+    return 0 if not failures and all(o.result.ok and o.drained for o in outcomes) else 1

@@ -6,8 +6,8 @@ the fault ends, as a network that drops packets while TCP keeps retrying), or re
 as a broken link or a middlebox timeout).
 
 Faults pick their victims by what a connection is: the proxy reads the Postgres startup message
-for ``application_name`` (the store names its leadership session ``cronoq-leader`` and its data
-pool ``cronoq``) and finds which server process opened the connection (from ``/proc``: the socket's
+for ``application_name`` (the store names its lock session ``cronoq-lock/<tag>`` and its data
+pool's sessions ``cronoq/<tag>``) and finds which server process opened the connection (from ``/proc``: the socket's
 inode, then the pid holding it), so a drill can cut one replica, or only the lock session, or only
 the data connections.
 """
@@ -81,7 +81,9 @@ class Connection:
 
     @property
     def lock_session(self) -> bool:
-        return self.application == "cronoq-leader"
+        # The store names its lock session "cronoq-lock/<tag>",
+        # as an operator sees it in pg_stat_activity; the drill reads it from the outside too.
+        return self.application is not None and self.application.startswith("cronoq-lock/")
 
     def reset(self) -> None:
         """Close both ends with an RST (linger 0), as a broken link would."""

@@ -76,9 +76,13 @@ class ThrowawayPostgres:
         return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=self.root)
 
     def _options(self) -> str:
+        # A commit must be in the WAL before Postgres answers it (synchronous_commit on, the
+        # default): an immediate stop throws away WAL buffers, and with it off the drill measured
+        # acknowledged tasks lost by Postgres, not by cronoq. fsync and full-page writes stay off:
+        # the drills crash processes, never the machine, so the kernel's page cache survives.
         return (
             f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root} -c fsync=off "
-            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=300"
+            "-c synchronous_commit=on -c full_page_writes=off -c max_connections=300"
         )
 
     def start(self) -> str:

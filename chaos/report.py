@@ -215,6 +215,8 @@ def summarize_lines(lines: Sequence[dict[str, Any]]) -> list[DrillSummary]:
     """The summaries of recorded runs (JSON lines, possibly from several invocations)."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for line in lines:
+        if "error" in line:
+            continue  # a run that never started (counted by the caller, not in the figures)
         groups.setdefault((line["drill"], line["store"]), []).append(line)
     counted = {"lost", "repeated-attempt", "stale-write"}
     return [

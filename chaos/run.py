@@ -16,6 +16,7 @@ import random
 import shutil
 import tempfile
 import time
+import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -218,9 +219,20 @@ async def _drain(ctx: RunContext, timeout: float) -> bool:
     return False
 
 
-async def _stored_tasks(client: Client, pools: list[str]) -> tuple[list[StoredTask], list[str]]:
+async def _stored_tasks(client: Client, pools: list[str], settle_s: float = 30.0) -> tuple[list[StoredTask], list[str]]:
     """Every task the cluster reports (all shards), with the output of those that took more than
-    one attempt (only those can carry a stale outcome)."""
+    one attempt (only those can carry a stale outcome). A listing that missed a shard (one still
+    electing its leader after the last fault) is read again from the start for up to ``settle_s``:
+    a shard that did not answer must not count as tasks lost."""
+    deadline = asyncio.get_running_loop().time() + settle_s
+    while True:
+        tasks, problems = await _list_once(client, pools)
+        if not problems or asyncio.get_running_loop().time() >= deadline:
+            return tasks, problems
+        await asyncio.sleep(0.5)
+
+
+async def _list_once(client: Client, pools: list[str]) -> tuple[list[StoredTask], list[str]]:
     tasks: list[StoredTask] = []
     problems: list[str] = []
     cursor = 0
@@ -345,7 +357,8 @@ async def run_drill(
             dsn=dsn,
             state=run_dir / "cluster",
             base_port=0,
-            schema_prefix=f"chaos_{rng.getrandbits(40):010x}_",
+            # Unique per run (not from the seed): runs sharing a --dsn must not share schemas.
+            schema_prefix=f"chaos_{uuid.uuid4().hex[:12]}_",
             restart=drill.restart,
             pool_settings=dict(drill.pool_settings),
             limits={"max_pending_per_pool": 2 * options.backlog + 100_000} if options.backlog else {},

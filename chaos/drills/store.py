@@ -60,10 +60,17 @@ async def pg_proxy_faults(ctx: RunContext) -> None:
     def data_of_leader(connection: Connection) -> bool:
         return connection.owner == leader.name and not connection.lock_session
 
+    # After the resets the leader opens its lock session again; wait for it (a few seconds at most).
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10.0
+    while not any(lock_of_leader(c) for c in proxy.connections) and loop.time() < deadline:
+        await asyncio.sleep(0.05)
+        leader = await ctx.leader(shard)
     async with ctx.fault("pg-cut-lock-session", leader.name, shard.name, "the leader's lock session reset"):
         cut = proxy.reset(lock_of_leader)
         if cut == 0:
-            ctx.note(f"pg-cut-lock-session: found no lock session of {leader.name}")
+            seen = sorted({(c.owner or "?", c.application or "?") for c in proxy.connections})
+            ctx.note(f"pg-cut-lock-session: found no lock session of {leader.name} among {seen}")
         await settle()
     leader = await ctx.leader(shard)
     async with ctx.fault("pg-hold-data", leader.name, shard.name, f"the leader's data connections held {hold:g}s"):

@@ -105,7 +105,7 @@ def server_options(config: Config, *, standby: bool) -> list[tuple[str, Any]]:
     return options
 
 
-def _cert_names(context: grpc.aio.ServicerContext[Any, Any]) -> list[str]:
+def cert_names(context: grpc.aio.ServicerContext[Any, Any]) -> list[str]:
     """DNS names of the client certificate the TLS layer verified (none without mTLS)."""
     try:
         auth = context.auth_context()
@@ -120,7 +120,7 @@ def _cert_names(context: grpc.aio.ServicerContext[Any, Any]) -> list[str]:
     return names
 
 
-def _metadata_value(context: grpc.aio.ServicerContext[Any, Any], name: str) -> str | None:
+def metadata_value(context: grpc.aio.ServicerContext[Any, Any], name: str) -> str | None:
     for key, value in context.invocation_metadata() or ():
         if key == name:
             return value if isinstance(value, str) else value.decode("latin-1")
@@ -231,10 +231,10 @@ class GrpcServices(pbg.TasksServicer, pbg.AdminServicer, pbg.WorkersServicer):
         ConsoleServicer(self).add_to(server)
 
     def _principal(self, context: grpc.aio.ServicerContext[Any, Any]) -> Principal:
-        principal = self.auth.authenticate(_metadata_value(context, "authorization"), _cert_names(context))
+        principal = self.auth.authenticate(metadata_value(context, "authorization"), cert_names(context))
         if self.standby:
             raise ApiError.unavailable()
-        if _metadata_value(context, FORWARDED) is not None:
+        if metadata_value(context, FORWARDED) is not None:
             principal = principal.as_forwarded()
         return principal
 

@@ -71,6 +71,25 @@ def test_a_clean_history_passes_and_its_fault_is_measured() -> None:
     assert fault.leaderless_s == pytest.approx(1.5)
 
 
+def test_a_takeover_between_two_samples_is_measured_up_to_the_sample_that_saw_it() -> None:
+    history = clean()
+    history.leadership = [("s1", 0.5, "s1-r1"), ("s1", 10.3, "s1-r2")]
+    [fault] = check(history).faults
+    assert fault.leaderless_s == pytest.approx(0.3)
+
+
+def test_each_leaderless_span_counts_for_the_fault_that_caused_it_only() -> None:
+    history = clean()
+    history.faults = [
+        Fault("pg-latency", "postgres", "*", 2.0, 5.0),
+        Fault("pg-reset", "postgres", "*", 10.0, 10.5),
+        Fault("worker-kill", "w1", None, 10.0, 10.2),
+    ]
+    latency, reset, worker = check(history).faults
+    assert latency.leaderless_s is None and worker.leaderless_s is None
+    assert reset.leaderless_s == pytest.approx(1.5)
+
+
 def test_an_acknowledged_task_missing_from_the_store_is_lost() -> None:
     history = clean()
     history.stored = history.stored[1:]

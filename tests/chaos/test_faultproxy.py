@@ -47,7 +47,7 @@ async def proxy(postgres_dsn: str) -> AsyncIterator[FaultProxy]:
 async def test_each_connection_is_known_by_its_process_and_application(proxy: FaultProxy, postgres_dsn: str) -> None:
     owners: dict[int, str] = proxy.test_owners  # type: ignore[attr-defined]
     child = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", CHILD, _via(postgres_dsn, proxy.port), "cronoq-leader",
+        sys.executable, "-c", CHILD, _via(postgres_dsn, proxy.port), "cronoq-lock/0123456789abcdef",
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
     )  # fmt: skip
     owners[child.pid] = "replica-a"
