@@ -49,6 +49,10 @@ class IdAllocator:
         return value
 
     def raise_floor(self, high_water: int) -> None:
+        if high_water >= self._limit:
+            # An id above this epoch's range can only be another shard's: tasks of a pool moved
+            # here keep the ids their first shard gave them (docs/pool-moves.md).
+            return
         if high_water >= self._next:
             self._next = high_water + 1
 

@@ -33,10 +33,11 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextvars import ContextVar
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import grpc
 from cronoq.cluster.peers import Peer, PeerChannels
+from cronoq.cluster.topology import MOVED_KEY, SHARD_KEY, Topology, stale_placement
 from cronoq.config import Config, Role, ShardSection
 
 from cronoq.proto import console_pb2 as cpb
@@ -100,6 +101,7 @@ def _note_unavailable(names: Iterable[str]) -> None:
 
 
 _Answers = list[tuple[ShardSection, Any]]
+_R = TypeVar("_R")
 """Per shard that answered: the shard and its answer."""
 
 
@@ -141,6 +143,9 @@ class LocalApi(Protocol):
                        ) -> Awaitable[pb.ListRecurringResponse]: ...  # fmt: skip
     def list_shards(self, principal: Any, request: pb.Empty) -> Awaitable[cpb.ListShardsResponse]: ...
     def list_schedules(self, principal: Any, request: pb.Empty) -> Awaitable[cpb.ListSchedulesResponse]: ...
+    def move_pool(self, principal: Any, request: cpb.MovePoolRequest) -> Awaitable[cpb.MoveStatus]: ...
+    def get_move(self, principal: Any, request: cpb.MoveRequest) -> Awaitable[cpb.MoveStatus]: ...
+    def abort_move(self, principal: Any, request: cpb.MoveRequest) -> Awaitable[cpb.MoveStatus]: ...
     def pause_schedule(self, principal: Any, request: cpb.ScheduleRequest) -> Awaitable[cpb.ScheduleResponse]: ...
     def resume_schedule(self, principal: Any, request: cpb.ScheduleRequest) -> Awaitable[cpb.ScheduleResponse]: ...
 
@@ -160,8 +165,12 @@ class Router:
     """Routes every call of the API between this node's shard and its peers."""
 
     def __init__(self, config: Config, local: LocalApi, *, traceparent: Callable[[], str | None] | None = None,
-                 time_left: Callable[[], float | None] | None = None) -> None:  # fmt: skip
+                 time_left: Callable[[], float | None] | None = None,
+                 topology: Topology | None = None) -> None:  # fmt: skip
         self.config = config
+        # Where each pool is, at which version: learned forward from shards that refuse a call
+        # routed on an older placement (docs/pool-moves.md).
+        self.topology = topology if topology is not None else Topology.from_config(config)
         self.local = local
         self.limits = config.limits
         self.sharded = config.sharded and config.local_shard() is not None
@@ -171,6 +180,7 @@ class Router:
         self.streams = ForwardStreams(self.limits.max_message_bytes)
         self._all_pools = frozenset(pool.name for pool in config.pools)
         self._by_number = {shard.number: shard for shard in config.shards}
+        self._by_name = {shard.name: shard for shard in config.shards}
         self._ordered = sorted(config.shards, key=lambda shard: shard.number)
         self._traceparent = traceparent
         # What is left of the time the caller of the call being routed waits (its deadline);
@@ -204,9 +214,26 @@ class Router:
             raise RouteError(Status.NOT_FOUND, f"{where}unknown pool {pool!r}")
 
     def _shard_of_pool(self, pool: str) -> ShardSection:
-        shard = self.config.shard_of_pool(pool)
-        assert shard is not None
-        return shard
+        placement = self.topology.placement(pool)
+        assert placement is not None
+        return self.config.shard(placement.shard)
+
+    def _learned(self, exc: Exception) -> bool:
+        """Whether ``exc`` is a refusal of a call routed on an old placement that named a newer
+        one (now cached): the call is then worth one more try."""
+        if not isinstance(exc, RouteError) or exc.code is not Status.FAILED_PRECONDITION:
+            return False
+        found = stale_placement(exc.metadata)
+        return found is not None and self.topology.learn(*found)
+
+    async def _retrying(self, call: Callable[[], Awaitable[_R]]) -> _R:
+        """``call``, and once more if it was refused as routed on an old placement."""
+        try:
+            return await call()
+        except RouteError as exc:
+            if not self._learned(exc):
+                raise
+        return await call()
 
     def _peer_for(self, caller: Caller, shard: ShardSection, what: str) -> Peer | None:
         """Where a call about ``shard`` goes: None for this node, else the peer to forward to.
@@ -239,11 +266,13 @@ class Router:
         pool = self._resolved_pool(caller, spec)
         return self._peer_for(caller, self._shard_of_pool(pool), f"pool {pool!r}")
 
-    @staticmethod
-    def _concerns(caller: Caller, shard: ShardSection) -> bool:
+    def _pools_of(self, shard: ShardSection) -> tuple[str, ...]:
+        return self.topology.pools_of(shard.name)
+
+    def _concerns(self, caller: Caller, shard: ShardSection) -> bool:
         """Whether ``shard`` serves a pool the caller may see. A pool-scoped caller's reads skip
         the other shards: they could only answer "nothing", or name themselves as unavailable."""
-        return any(caller.sees(pool) for pool in shard.pools)
+        return any(caller.sees(pool) for pool in self._pools_of(shard))
 
     def _reachable(self, caller: Caller, shard: ShardSection) -> Peer | None:
         """For fan-out reads: the peer to ask, or None when it cannot be asked for this caller."""
@@ -336,6 +365,9 @@ class Router:
         if self._local_only(caller):
             return await self.local.submit(caller, request)
         caller.require(Role.CLIENT)
+        return await self._retrying(partial(self._submit, caller, request))
+
+    async def _submit(self, caller: Caller, request: pb.SubmitRequest) -> pb.SubmitResponse:
         peer = self._peer_for_spec(caller, request.task)
         if peer is None:
             return await self.local.submit(caller, request)
@@ -357,6 +389,9 @@ class Router:
         caller.require(Role.CLIENT)
         if len(request.tasks) > self.limits.max_tasks_per_batch:
             return await self.local.submit_batch(caller, request)  # reports the limit
+        return await self._retrying(partial(self._submit_batch, caller, request))
+
+    async def _submit_batch(self, caller: Caller, request: pb.SubmitBatchRequest) -> pb.SubmitBatchResponse:
         shard: ShardSection | None = None
         first = 0
         for index, task in enumerate(request.tasks):
@@ -386,11 +421,24 @@ class Router:
         if _by_key(request.task):
             _, found = await self._find_key(caller, request.task.key, cancelling=False)
             return found
-        peer = self._peer_by_id(caller, request.task.id)
-        if peer is None:
-            return await self.local.get(caller, request)
-        info: pb.TaskInfo = await self._forward(peer, "tasks", "Get", request, caller, self.limits.request_timeout_s)
-        return info
+        return await self._at_task_shard(
+            caller, request.task.id, partial(self.local.get, caller, request),
+            lambda peer: self._forward(peer, "tasks", "Get", request, caller, self.limits.request_timeout_s),
+        )  # fmt: skip
+
+    async def _at_task_shard(self, caller: Caller, task_id: int, local: Callable[[], Awaitable[_R]],
+                             remote: Callable[[Peer], Awaitable[_R]]) -> _R:  # fmt: skip
+        """A call about task ``task_id``, answered by the shard of its id; once more where that
+        shard says the task moved with its pool (``cronoq-task-moved``)."""
+        peer = self._peer_by_id(caller, task_id)
+        try:
+            return await (local() if peer is None else remote(peer))
+        except Exception as exc:
+            moved = _moved_shard(exc)
+            if moved is None or moved not in self._by_name:
+                raise
+        peer = self._peer_for(caller, self._by_name[moved], f"task {task_id}")
+        return await (local() if peer is None else remote(peer))
 
     def _peer_by_id(self, caller: Caller, task_id: int) -> Peer | None:
         shard = self._shard_of_id(task_id)
@@ -402,15 +450,18 @@ class Router:
         if self._local_only(caller) or _malformed(request.task):
             return await self.local.wait(caller, request)  # the local API explains what is wrong
         caller.require(Role.CLIENT)
+        timeout = self._wait_timeout(request.timeout_s if request.HasField("timeout_s") else None)
         if _by_key(request.task):
             shard, info = await self._find_key(caller, request.task.key, cancelling=False)
             request = _with_id(request, info.id)
             peer = None if shard.name == self.local_name else self.peers.peer(shard.name)
         else:
-            peer = self._peer_by_id(caller, request.task.id)
+            return await self._at_task_shard(
+                caller, request.task.id, partial(self.local.wait, caller, request),
+                lambda peer: self._forward(peer, "tasks", "Wait", request, caller, timeout),
+            )  # fmt: skip
         if peer is None:
             return await self.local.wait(caller, request)
-        timeout = self._wait_timeout(request.timeout_s if request.HasField("timeout_s") else None)
         result: pb.TaskResult = await self._forward(peer, "tasks", "Wait", request, caller, timeout)
         return result
 
@@ -423,7 +474,10 @@ class Router:
             request = pb.CancelRequest(task=pb.TaskRef(id=info.id))
             peer = None if shard.name == self.local_name else self.peers.peer(shard.name)
         else:
-            peer = self._peer_by_id(caller, request.task.id)
+            return await self._at_task_shard(
+                caller, request.task.id, partial(self.local.cancel, caller, request),
+                lambda peer: self._forward(peer, "tasks", "Cancel", request, caller, self.limits.request_timeout_s),
+            )  # fmt: skip
         if peer is None:
             return await self.local.cancel(caller, request)
         response: pb.CancelResponse = await self._forward(peer, "tasks", "Cancel", request, caller,
@@ -531,11 +585,11 @@ class Router:
         limit = request.limit or 100
         limit = max(1, min(limit, self.limits.max_list))
         shards = [shard for shard in self._ordered
-                  if (any(pool in wanted for pool in shard.pools) if wanted
+                  if (any(pool in wanted for pool in self._pools_of(shard)) if wanted
                       else self._concerns(caller, shard))]  # fmt: skip
 
         async def ask(shard: ShardSection, after: int, remaining: int) -> pb.ListTasksResponse | None:
-            part = sub([pool for pool in shard.pools if pool in wanted], after, remaining)
+            part = sub([pool for pool in self._pools_of(shard) if pool in wanted], after, remaining)
             try:
                 answer: pb.ListTasksResponse = await self._ask(caller, shard, service, method, part,
                                                                partial(local, caller, part))  # fmt: skip
@@ -555,7 +609,11 @@ class Router:
             request = pb.GetRequest(task=pb.TaskRef(id=info.id))
             peer = None if shard.name == self.local_name else self.peers.peer(shard.name)
         else:
-            peer = self._peer_by_id(caller, request.task.id)
+            return await self._at_task_shard(
+                caller, request.task.id, partial(self.local.task_detail, caller, request),
+                lambda peer: self._forward(peer, "console", "GetTaskDetail", request, caller,
+                                           self.limits.request_timeout_s),
+            )  # fmt: skip
         if peer is None:
             return await self.local.task_detail(caller, request)
         detail: cpb.TaskDetail = await self._forward(peer, "console", "GetTaskDetail", request, caller,
@@ -597,7 +655,7 @@ class Router:
         missing: list[str] = []
         try:
             for shard in self._ordered:
-                pools = [pool for pool in shard.pools if pool in wanted]
+                pools = [pool for pool in self._pools_of(shard) if pool in wanted]
                 ids = [task_id for task_id in request.ids if task_id >> SHARD_BITS == shard.number]
                 if (wanted and not pools) or (request.ids and not ids and not request.keys):
                     continue
@@ -696,6 +754,9 @@ class Router:
         if self._local_only(caller):
             return await self.local.add_recurring(caller, request)
         caller.require(Role.ADMIN)
+        return await self._retrying(partial(self._add_recurring, caller, request))
+
+    async def _add_recurring(self, caller: Caller, request: pb.RecurringRequest) -> pb.Empty:
         peer = self._peer_for_spec(caller, request.template)
         if peer is None:
             return await self.local.add_recurring(caller, request)
@@ -780,6 +841,35 @@ class Router:
     async def resume_schedule(self, caller: Caller, request: cpb.ScheduleRequest) -> cpb.ScheduleResponse:
         return await self._switch_schedule(caller, request, "ResumeSchedule", self.local.resume_schedule)
 
+    # ------------------------------------------------------------------------------ Pool moves
+
+    async def move_pool(self, caller: Caller, request: cpb.MovePoolRequest) -> cpb.MoveStatus:
+        """To the shard serving the pool (docs/pool-moves.md)."""
+        return await self._on_pool(caller, request.pool, "MovePool", self.local.move_pool, request, Role.ADMIN)
+
+    async def get_move(self, caller: Caller, request: cpb.MoveRequest) -> cpb.MoveStatus:
+        return await self._on_pool(caller, request.pool, "GetMove", self.local.get_move, request, Role.METRICS)
+
+    async def abort_move(self, caller: Caller, request: cpb.MoveRequest) -> cpb.MoveStatus:
+        return await self._on_pool(caller, request.pool, "AbortMove", self.local.abort_move, request, Role.ADMIN)
+
+    async def _on_pool(self, caller: Caller, pool: str, method: str, local: Callable[[Any, Any], Awaitable[_R]],
+                       request: Any, role: Role) -> _R:  # fmt: skip
+        """A console call about ``pool``, answered by the shard serving it."""
+        if self._local_only(caller):
+            return await local(caller, request)
+        caller.require(role)
+        self._check_pool(caller, pool)
+
+        async def once() -> _R:
+            peer = self._peer_for(caller, self._shard_of_pool(pool), f"pool {pool!r}")
+            if peer is None:
+                return await local(caller, request)
+            answer: _R = await self._forward(peer, "console", method, request, caller, self.limits.request_timeout_s)
+            return answer
+
+        return await self._retrying(once)
+
     async def _switch_schedule(self, caller: Caller, request: cpb.ScheduleRequest, method: str,
                                local: Callable[[Any, Any], Awaitable[cpb.ScheduleResponse]]
                                ) -> cpb.ScheduleResponse:  # fmt: skip
@@ -787,6 +877,14 @@ class Router:
             return await local(caller, request)
         found = await self._on_schedule(caller, request, "console", method, local, lambda answer: answer.found)
         return cpb.ScheduleResponse(found=found)
+
+
+def _moved_shard(exc: BaseException) -> str | None:
+    """The shard a refusal says a task moved to with its pool (``cronoq-task-moved``), if it is one."""
+    if status_of(exc) is not Status.FAILED_PRECONDITION:
+        return None
+    metadata = dict((key, value) for key, value in getattr(exc, "metadata", ()) if isinstance(value, str))
+    return metadata.get(SHARD_KEY) if MOVED_KEY in metadata else None
 
 
 def _by_key(ref: pb.TaskRef) -> bool:

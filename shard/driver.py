@@ -15,7 +15,7 @@ import enum
 import gc
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -111,6 +111,10 @@ class DriverOptions:
     gc_young_threshold: int | None = 20_000
     # Where commit failures are counted (None: not counted).
     trouble: StoreTrouble | None = None
+    # Called once leadership is taken, with the epoch, before the store is recovered: the engine
+    # configuration to lead with, or None to keep the given one (the server builds its pools
+    # from the shard's durable placements here, so that recovery knows every pool it owns).
+    configure: Callable[[int], Awaitable[CoreConfig | None]] | None = None
 
 
 class _GcTuning:
@@ -214,6 +218,10 @@ class Driver:
         if store is not None:
             epoch = await store.acquire_leadership()
         self.epoch = epoch
+        if self._options.configure is not None:
+            replacement = await self._options.configure(epoch)
+            if replacement is not None:
+                self._config = replacement
         config = _with_epoch(self._config, epoch, persist=store is not None)
         self._leading_config = config
         now = self._clock()

@@ -64,6 +64,10 @@ def _run(args: argparse.Namespace) -> Exit:
             from .top import run_top  # rich is only needed here
 
             return run_top(args, conn, out)
+        if args.command == "admin":
+            from . import admin
+
+            return {"topology": admin.topology, "move-pool": admin.move_pool}[args.admin_command](args, conn, out)
         name = f"schedule {args.schedule_command}" if args.command == "schedule" else args.command
         return commands.COMMANDS[name](args, conn, out)
 

@@ -157,6 +157,19 @@ def build() -> argparse.ArgumentParser:
 
     command("snapshot", "pools, waits, utilization and totals")
 
+    admin = commands.add_parser("admin", help="operate a sharded cluster", allow_abbrev=False)
+    admin_commands = admin.add_subparsers(dest="admin_command", metavar="ACTION", required=True)
+    command("topology", "where each shard's durable record places every pool, at which version, and where "
+            "shards or files disagree (metrics role)", admin_commands)  # fmt: skip
+    move = command("move-pool", "move a pool to another shard while the cluster runs (admin role; --status: "
+                   "metrics role)", admin_commands)  # fmt: skip
+    move.add_argument("pool", metavar="POOL")
+    what = move.add_mutually_exclusive_group(required=True)
+    what.add_argument("--to", metavar="SHARD", help="the shard to move the pool to")
+    what.add_argument("--status", action="store_true", help="where the pool is and its latest move")
+    what.add_argument("--abort", action="store_true", help="abandon a move not carried out yet")
+    move.add_argument("--wait", action="store_true", help="with --to: return once the target serves the pool")
+
     watch = command("watch", "print task events until Ctrl-C (terminal ones unless --all)")
     watch.add_argument("--pool", action="append", metavar="POOL", help="only these pools (repeatable, or a,b)")
     watch.add_argument("--all", action="store_true", help="every transition, not only how tasks ended")

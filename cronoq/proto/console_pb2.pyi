@@ -60,7 +60,7 @@ class TaskDetail(_message.Message):
     def __init__(self, info: _Optional[_Union[_cronoq_pb2.TaskInfo, _Mapping]] = ..., spec: _Optional[_Union[_cronoq_pb2.TaskSpec, _Mapping]] = ..., transitions: _Optional[_Iterable[_Union[Transition, _Mapping]]] = ..., payload_preview: _Optional[bytes] = ..., payload_bytes: _Optional[int] = ..., output_preview: _Optional[bytes] = ..., output_bytes: _Optional[int] = ..., output_content_type: _Optional[str] = ...) -> None: ...
 
 class ShardInfo(_message.Message):
-    __slots__ = ("name", "number", "pools", "endpoint", "leader", "host", "pid", "epoch", "leading_since_unix_ns", "version", "store", "replicas")
+    __slots__ = ("name", "number", "pools", "endpoint", "leader", "host", "pid", "epoch", "leading_since_unix_ns", "version", "store", "replicas", "topology_version", "placements", "topology_differences")
     NAME_FIELD_NUMBER: _ClassVar[int]
     NUMBER_FIELD_NUMBER: _ClassVar[int]
     POOLS_FIELD_NUMBER: _ClassVar[int]
@@ -73,6 +73,9 @@ class ShardInfo(_message.Message):
     VERSION_FIELD_NUMBER: _ClassVar[int]
     STORE_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    TOPOLOGY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENTS_FIELD_NUMBER: _ClassVar[int]
+    TOPOLOGY_DIFFERENCES_FIELD_NUMBER: _ClassVar[int]
     name: str
     number: int
     pools: _containers.RepeatedScalarFieldContainer[str]
@@ -85,7 +88,10 @@ class ShardInfo(_message.Message):
     version: str
     store: str
     replicas: _containers.RepeatedCompositeFieldContainer[ReplicaInfo]
-    def __init__(self, name: _Optional[str] = ..., number: _Optional[int] = ..., pools: _Optional[_Iterable[str]] = ..., endpoint: _Optional[str] = ..., leader: _Optional[str] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ..., epoch: _Optional[int] = ..., leading_since_unix_ns: _Optional[int] = ..., version: _Optional[str] = ..., store: _Optional[str] = ..., replicas: _Optional[_Iterable[_Union[ReplicaInfo, _Mapping]]] = ...) -> None: ...
+    topology_version: int
+    placements: _containers.RepeatedCompositeFieldContainer[PoolPlacement]
+    topology_differences: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., number: _Optional[int] = ..., pools: _Optional[_Iterable[str]] = ..., endpoint: _Optional[str] = ..., leader: _Optional[str] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ..., epoch: _Optional[int] = ..., leading_since_unix_ns: _Optional[int] = ..., version: _Optional[str] = ..., store: _Optional[str] = ..., replicas: _Optional[_Iterable[_Union[ReplicaInfo, _Mapping]]] = ..., topology_version: _Optional[int] = ..., placements: _Optional[_Iterable[_Union[PoolPlacement, _Mapping]]] = ..., topology_differences: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ReplicaInfo(_message.Message):
     __slots__ = ("endpoint", "state", "host", "pid", "version", "error")
@@ -102,6 +108,16 @@ class ReplicaInfo(_message.Message):
     version: str
     error: str
     def __init__(self, endpoint: _Optional[str] = ..., state: _Optional[str] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ..., version: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+
+class PoolPlacement(_message.Message):
+    __slots__ = ("pool", "shard", "version")
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    pool: str
+    shard: str
+    version: int
+    def __init__(self, pool: _Optional[str] = ..., shard: _Optional[str] = ..., version: _Optional[int] = ...) -> None: ...
 
 class ListShardsResponse(_message.Message):
     __slots__ = ("shards", "unavailable_shards")
@@ -142,3 +158,39 @@ class ScheduleResponse(_message.Message):
     FOUND_FIELD_NUMBER: _ClassVar[int]
     found: bool
     def __init__(self, found: _Optional[bool] = ...) -> None: ...
+
+class MovePoolRequest(_message.Message):
+    __slots__ = ("pool", "to")
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    TO_FIELD_NUMBER: _ClassVar[int]
+    pool: str
+    to: str
+    def __init__(self, pool: _Optional[str] = ..., to: _Optional[str] = ...) -> None: ...
+
+class MoveRequest(_message.Message):
+    __slots__ = ("pool",)
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    pool: str
+    def __init__(self, pool: _Optional[str] = ...) -> None: ...
+
+class MoveStatus(_message.Message):
+    __slots__ = ("pool", "shard", "placement_version", "move_id", "target", "version", "phase", "message", "updated_unix_ns")
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    MOVE_ID_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
+    pool: str
+    shard: str
+    placement_version: int
+    move_id: str
+    target: str
+    version: int
+    phase: str
+    message: str
+    updated_unix_ns: int
+    def __init__(self, pool: _Optional[str] = ..., shard: _Optional[str] = ..., placement_version: _Optional[int] = ..., move_id: _Optional[str] = ..., target: _Optional[str] = ..., version: _Optional[int] = ..., phase: _Optional[str] = ..., message: _Optional[str] = ..., updated_unix_ns: _Optional[int] = ...) -> None: ...

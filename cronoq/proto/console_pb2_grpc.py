@@ -70,6 +70,21 @@ class ConsoleStub:
                 request_serializer=cronoq_dot_console_dot_v1_dot_console__pb2.ScheduleRequest.SerializeToString,
                 response_deserializer=cronoq_dot_console_dot_v1_dot_console__pb2.ScheduleResponse.FromString,
                 _registered_method=True)
+        self.MovePool = channel.unary_unary(
+                '/cronoq.console.v1.Console/MovePool',
+                request_serializer=cronoq_dot_console_dot_v1_dot_console__pb2.MovePoolRequest.SerializeToString,
+                response_deserializer=cronoq_dot_console_dot_v1_dot_console__pb2.MoveStatus.FromString,
+                _registered_method=True)
+        self.GetMove = channel.unary_unary(
+                '/cronoq.console.v1.Console/GetMove',
+                request_serializer=cronoq_dot_console_dot_v1_dot_console__pb2.MoveRequest.SerializeToString,
+                response_deserializer=cronoq_dot_console_dot_v1_dot_console__pb2.MoveStatus.FromString,
+                _registered_method=True)
+        self.AbortMove = channel.unary_unary(
+                '/cronoq.console.v1.Console/AbortMove',
+                request_serializer=cronoq_dot_console_dot_v1_dot_console__pb2.MoveRequest.SerializeToString,
+                response_deserializer=cronoq_dot_console_dot_v1_dot_console__pb2.MoveStatus.FromString,
+                _registered_method=True)
 
 
 class ConsoleServicer:
@@ -121,6 +136,29 @@ class ConsoleServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def MovePool(self, request, context):
+        """Admin role (a pool-scoped admin: pools in its scope). Moves a pool to another shard
+        (docs/pool-moves.md): answered by the pool's shard once the move is recorded; the source then
+        hands the pool over during one takeover of its own.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetMove(self, request, context):
+        """Metrics role: where the pool is and its shard's latest move of it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AbortMove(self, request, context):
+        """Admin role: abandons a move that has not been carried out yet.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ConsoleServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -158,6 +196,21 @@ def add_ConsoleServicer_to_server(servicer, server):
                     servicer.ResumeSchedule,
                     request_deserializer=cronoq_dot_console_dot_v1_dot_console__pb2.ScheduleRequest.FromString,
                     response_serializer=cronoq_dot_console_dot_v1_dot_console__pb2.ScheduleResponse.SerializeToString,
+            ),
+            'MovePool': grpc.unary_unary_rpc_method_handler(
+                    servicer.MovePool,
+                    request_deserializer=cronoq_dot_console_dot_v1_dot_console__pb2.MovePoolRequest.FromString,
+                    response_serializer=cronoq_dot_console_dot_v1_dot_console__pb2.MoveStatus.SerializeToString,
+            ),
+            'GetMove': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetMove,
+                    request_deserializer=cronoq_dot_console_dot_v1_dot_console__pb2.MoveRequest.FromString,
+                    response_serializer=cronoq_dot_console_dot_v1_dot_console__pb2.MoveStatus.SerializeToString,
+            ),
+            'AbortMove': grpc.unary_unary_rpc_method_handler(
+                    servicer.AbortMove,
+                    request_deserializer=cronoq_dot_console_dot_v1_dot_console__pb2.MoveRequest.FromString,
+                    response_serializer=cronoq_dot_console_dot_v1_dot_console__pb2.MoveStatus.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -349,6 +402,87 @@ class Console:
             '/cronoq.console.v1.Console/ResumeSchedule',
             cronoq_dot_console_dot_v1_dot_console__pb2.ScheduleRequest.SerializeToString,
             cronoq_dot_console_dot_v1_dot_console__pb2.ScheduleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def MovePool(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cronoq.console.v1.Console/MovePool',
+            cronoq_dot_console_dot_v1_dot_console__pb2.MovePoolRequest.SerializeToString,
+            cronoq_dot_console_dot_v1_dot_console__pb2.MoveStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetMove(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cronoq.console.v1.Console/GetMove',
+            cronoq_dot_console_dot_v1_dot_console__pb2.MoveRequest.SerializeToString,
+            cronoq_dot_console_dot_v1_dot_console__pb2.MoveStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AbortMove(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cronoq.console.v1.Console/AbortMove',
+            cronoq_dot_console_dot_v1_dot_console__pb2.MoveRequest.SerializeToString,
+            cronoq_dot_console_dot_v1_dot_console__pb2.MoveStatus.FromString,
             options,
             channel_credentials,
             insecure,

@@ -19,6 +19,7 @@ from functools import wraps
 from typing import ParamSpec, TypeVar
 
 from cronoq import __version__
+from cronoq.cluster.topology import MOVED_KEY, POOL_KEY, VERSION_KEY, Topology
 from cronoq.config import Config, Role
 from cronoq.engine import Core, Snapshot, TaskInfo, TaskRef, TaskSpec, TaskStatus
 from cronoq.engine.cron import CronSchedule
@@ -29,11 +30,13 @@ from cronoq.proto import console_pb2 as cpb
 from cronoq.proto import cronoq_pb2 as pb
 from cronoq.shard.driver import StoreTrouble
 from cronoq.shard.service import ShardService, Subscription
+from cronoq.stores.pool_moves import MoveRow
 
 from . import convert
 from .auth import Principal
 from .errors import ApiError, Code, from_exception
 from .history import PAYLOAD_PREVIEW_BYTES, task_detail, task_query
+from .moves import PoolMoves
 from .telemetry import TRACEPARENT, outgoing_traceparent
 
 __all__ = ["DEFAULT_LIST_LIMIT", "Api", "default_pool_name"]
@@ -71,9 +74,16 @@ def _api_errors(method: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
     return wrapper
 
 
+MAX_NAME_LEN = 200
+"""Longest pool or shard name a move request may carry."""
+
+
 class Api:
-    def __init__(self, config: Config, *, clock: Callable[[], int] = time.time_ns) -> None:
+    def __init__(self, config: Config, *, clock: Callable[[], int] = time.time_ns,
+                 topology: Topology | None = None) -> None:  # fmt: skip
         self.config = config
+        # The placements this server was built from (its shard's durable record, or the file).
+        self.topology = topology if topology is not None else Topology.from_config(config)
         self.limits = config.limits
         self.clock = clock
         self._service: ShardService | None = None
@@ -87,6 +97,19 @@ class Api:
         self._shard_number = config.shard_number()
         # Commit failures of every leadership of this process (the drivers count into it).
         self.store_trouble = StoreTrouble()
+        # Pool moves (docs/pool-moves.md): set by the server when its shard keeps placements.
+        self.moves: PoolMoves | None = None
+        self.relead: Callable[[], None] = lambda: None
+        self.incoming: frozenset[str] = frozenset()
+        """Pools handed to this shard that the next leadership will serve (UNAVAILABLE until then)."""
+
+    def adopt(self, config: Config, topology: Topology) -> None:
+        """Serve the pools ``config`` gives this shard (as its durable placements place them)."""
+        self.config = config
+        self.topology = topology
+        self.pools = tuple(pool.name for pool in config.local_pools())
+        self._pool_set = frozenset(self.pools)
+        self.incoming = frozenset()
 
     # ------------------------------------------------------------------------------- helpers
 
@@ -122,13 +145,20 @@ class Api:
     def check_pool(self, principal: Principal, pool: str) -> None:
         """A pool a request names: in scope, known, and served here."""
         principal.check_pool(pool, self._all_pools)
+        if pool not in self._pool_set and pool in self.incoming:
+            raise ApiError.unavailable(f"pool {pool!r} is being handed to this shard; retry shortly")
         if pool not in self._pool_set:
             shard = self.config.shard_of_pool(pool)
             assert shard is not None
+            metadata = [("cronoq-shard", shard.name), ("cronoq-shard-endpoint", shard.endpoint)]
+            placement = self.topology.placement(pool)
+            if placement is not None and placement.shard == shard.name:
+                # Names the placement's version, so a node routing on an older one learns it.
+                metadata += [(POOL_KEY, pool), (VERSION_KEY, str(placement.version))]
             raise ApiError(
                 Code.FAILED_PRECONDITION,
                 f"pool {pool!r} is served by shard {shard.name!r} at {shard.endpoint}",
-                (("cronoq-shard", shard.name), ("cronoq-shard-endpoint", shard.endpoint)),
+                tuple(metadata),
             )
 
     def resolve_pool(self, principal: Principal, requested: str | None) -> str:
@@ -186,9 +216,31 @@ class Api:
     async def _visible_info(self, principal: Principal, ref: TaskRef) -> tuple[TaskInfo, bool]:
         """A task the caller may see; tasks of other pools look like they do not exist."""
         found = await self.current().get(ref)
+        if found is None and isinstance(ref, int):
+            await self._check_moved(principal, ref)
         if found is None or not principal.sees(found[0].pool):
             raise ApiError.not_found("task not found")
         return found
+
+    async def _check_moved(self, principal: Principal, task_id: int) -> None:
+        """Refuse naming the shard a task was handed to with its pool (FAILED_PRECONDITION, with
+        ``cronoq-task-moved``), when the caller may see that pool; return otherwise."""
+        if self.moves is None:
+            return
+        moved = await self.moves.forwarded(task_id)
+        if moved is None or not principal.sees(moved[0]):
+            return
+        pool, shard_name, version = moved
+        try:
+            shard = self.config.shard(shard_name)
+        except KeyError:
+            return
+        raise ApiError(
+            Code.FAILED_PRECONDITION,
+            f"task {task_id} moved with pool {pool!r} to shard {shard.name!r} at {shard.endpoint}",
+            (("cronoq-shard", shard.name), ("cronoq-shard-endpoint", shard.endpoint), (MOVED_KEY, str(task_id)),
+             (POOL_KEY, pool), (VERSION_KEY, str(version))),
+        )  # fmt: skip
 
     async def _check_references(self, principal: Principal, specs: Sequence[TaskSpec]) -> None:
         """For pool-scoped callers, before admission: keys of the new tasks must not be in use
@@ -339,8 +391,8 @@ class Api:
         ref = convert.task_ref(request.task)
         timeout = self.wait_limit(request.timeout_s if request.HasField("timeout_s") else None)
         service = self.current()
-        if principal.scoped:
-            info, _ = await self._visible_info(principal, ref)
+        if principal.scoped or (self.moves is not None and isinstance(ref, int)):
+            info, _ = await self._visible_info(principal, ref)  # also: was the task moved away?
             ref = info.id
         return convert.task_result(await service.wait(ref, timeout))
 
@@ -349,8 +401,8 @@ class Api:
         principal.require(Role.CLIENT)
         ref = convert.task_ref(request.task)
         service = self.current()
-        if principal.scoped:
-            info, _ = await self._visible_info(principal, ref)
+        if principal.scoped or (self.moves is not None and isinstance(ref, int)):
+            info, _ = await self._visible_info(principal, ref)  # also: was the task moved away?
             ref = info.id
         return pb.CancelResponse(cancelled=await service.cancel(ref))
 
@@ -477,6 +529,12 @@ class Api:
                              pools=principal.visible(self.pools))  # fmt: skip
         if local is not None:
             info.name, info.number, info.endpoint = local.name, local.number, local.endpoint
+            for pool, placement in sorted(self.topology.placements().items()):
+                if principal.sees(pool):
+                    info.placements.add(pool=pool, shard=placement.shard, version=placement.version)
+                    info.topology_version = max(info.topology_version, placement.version)
+            info.topology_differences.extend(note for pool, note in sorted(self.topology.differences.items())
+                                             if principal.sees(pool))  # fmt: skip
         return cpb.ListShardsResponse(shards=[info])
 
     def describe_replica(self, principal: Principal) -> cpb.ReplicaInfo:
@@ -503,6 +561,69 @@ class Api:
     @_api_errors
     async def resume_schedule(self, principal: Principal, request: cpb.ScheduleRequest) -> cpb.ScheduleResponse:
         return await self._switch_schedule(principal, request, paused=False)
+
+    # ------------------------------------------------------------------------------- pool moves
+
+    def _moves(self) -> PoolMoves:
+        if self.moves is None:
+            raise ApiError(Code.FAILED_PRECONDITION, "pools move between the shards of a sharded cluster on SQLite or "
+                                                     "Postgres only")  # fmt: skip
+        return self.moves
+
+    def _move_status(self, pool: str, move: MoveRow | None) -> cpb.MoveStatus:
+        local = self.config.local_shard()
+        placement = self.topology.placement(pool)
+        status = cpb.MoveStatus(pool=pool, shard=local.name if local is not None else "",
+                                placement_version=placement.version if placement is not None else 0)  # fmt: skip
+        if move is not None:
+            status.move_id, status.target, status.version = move.move_id, move.target, move.version
+            status.phase, status.message, status.updated_unix_ns = move.phase, move.message, move.updated_at
+        return status
+
+    @_api_errors
+    async def move_pool(self, principal: Principal, request: cpb.MovePoolRequest) -> cpb.MoveStatus:
+        """Record a move of a pool this shard serves, then take the lead again to carry it out
+        (docs/pool-moves.md). Admin role; a scoped admin only for pools in its scope."""
+        principal.require(Role.ADMIN)
+        pool = convert.text(request.pool, "pool", MAX_NAME_LEN)
+        self.check_pool(principal, pool)  # in scope, known, and served here (or: which shard serves it)
+        target = convert.text(request.to, "to", MAX_NAME_LEN)
+        moves = self._moves()
+        local = self.config.local_shard()
+        assert local is not None
+        if target not in {shard.name for shard in self.config.shards}:
+            raise ApiError.invalid(f"to: no shard is named {target!r}")
+        if target == local.name:
+            raise ApiError.invalid(f"to: pool {pool!r} is already served by shard {target!r}")
+        if self.pools == (pool,):
+            raise ApiError(Code.FAILED_PRECONDITION, f"pool {pool!r} is the last pool of shard {local.name!r}; a "
+                                                     f"shard runs at least one pool")  # fmt: skip
+        service = self.current()
+        placement = self.topology.placement(pool)
+        version = (placement.version if placement is not None else 1) + 1
+        move, new = await moves.request(service.driver.epoch or 0, pool, target, version)
+        if new:
+            self.relead()
+        return self._move_status(pool, move)
+
+    @_api_errors
+    async def get_move(self, principal: Principal, request: cpb.MoveRequest) -> cpb.MoveStatus:
+        """Where a pool is and this shard's latest move of it (metrics role)."""
+        principal.require(Role.METRICS)
+        pool = convert.text(request.pool, "pool", MAX_NAME_LEN)
+        self.check_pool(principal, pool)
+        self.current()
+        return self._move_status(pool, await self._moves().latest(pool))
+
+    @_api_errors
+    async def abort_move(self, principal: Principal, request: cpb.MoveRequest) -> cpb.MoveStatus:
+        """Abandon a pool's move that has not been carried out yet (admin role)."""
+        principal.require(Role.ADMIN)
+        pool = convert.text(request.pool, "pool", MAX_NAME_LEN)
+        self.check_pool(principal, pool)
+        service = self.current()
+        move = await self._moves().abort(service.driver.epoch or 0, pool)
+        return self._move_status(pool, move)
 
     async def _switch_schedule(self, principal: Principal, request: cpb.ScheduleRequest, *,
                                paused: bool) -> cpb.ScheduleResponse:  # fmt: skip

@@ -32,6 +32,7 @@ from cronoq.config import (
     WebhookScaler,
     parse_socket_addr,
 )
+from cronoq.engine import CoreConfig
 from cronoq.router import Router
 from cronoq.shard.blob import BlobCodec
 from cronoq.shard.driver import DriverOptions
@@ -46,9 +47,14 @@ from .forward import ForwardService
 from .grpc_service import SHUTDOWN_LINGER_S, GrpcServices, server_options
 from .grpc_web import GrpcWebFront
 from .http import HttpGateway, ListenError, start_http
+from .moves import PoolMoves
+from .placements import keeps_placements, placed_config
 from .unary import UnaryRunner, time_left
 
 __all__ = ["BindError", "ServerApp", "make_store"]
+
+RELEAD_GRACE_S = 1.0
+"""Longest running attempts are given when a leader steps down for a pool move."""
 
 log = logging.getLogger("cronoq.server")
 
@@ -143,11 +149,23 @@ class ServerApp:
     def __init__(self, config: Config, *, on_listening: Callable[[Listening], None] | None = None,
                  store: Store | None = None) -> None:  # fmt: skip
         self.config = config
+        self.file_config = config
+        """The configuration as read; ``config`` is it with the pools the shard's durable placements
+        give it, read again at each leadership (``_configure``)."""
         self.api = Api(config)
         # Forwarded calls carry the caller's trace context when OpenTelemetry is on.
         self.router = Router(config, self.api, traceparent=telemetry.outgoing_traceparent, time_left=time_left)
         self.authenticator = Authenticator(config.auth)
         self.store = store if store is not None else make_store(config)
+        # Pool moves (docs/pool-moves.md): a leader asked to hand a pool over, or handed one, takes
+        # the lead again (``_relead``); the next leadership carries the move out or serves the pool.
+        self._relead = asyncio.Event()
+        self.moves: PoolMoves | None = None
+        local = config.local_shard()
+        if keeps_placements(config) and local is not None:
+            self.moves = PoolMoves(self.store, local.name, lambda shard: config.store_namespace(shard) or "")
+        self.api.moves = self.moves
+        self.api.relead = self._relead.set
         self.on_listening = on_listening
         self._core_config = core_config(config)
         self._credentials = _credentials(config)
@@ -250,11 +268,16 @@ class ServerApp:
                     break
                 await _stop_server(server, 0)
                 server = await self._listen(standby=False)
-                stepped_down = await self._lead(service)
-                if not stepped_down:
+                ended = await self._lead(service)
+                if ended == "stop":
                     await self._graceful(service, server)
                     break
-                log.warning("leadership lost (%s); standing by", service.driver.stop_reason or "unknown")
+                if ended == "relead":
+                    # A pool move: running attempts get a short grace, then leadership is let go.
+                    log.info("taking the lead again for a pool move")
+                    await service.shutdown(min(self._grace, RELEAD_GRACE_S))
+                else:
+                    log.warning("leadership lost (%s); standing by", service.driver.stop_reason or "unknown")
                 self.api.service = None
                 self.service = None
                 self.http.retire_connections(SHUTDOWN_LINGER_S)  # HTTP clients reconnect, as gRPC ones do
@@ -287,7 +310,8 @@ class ServerApp:
                 output_cache_entries=self.config.outputs.cache_entries,
                 output_cache_bytes=self.config.outputs.cache_bytes,
                 max_slots_per_worker=self.config.limits.max_slots_per_worker,
-                driver=DriverOptions(keep_finished_s=_keep_finished_s(self.config), trouble=self.api.store_trouble),
+                driver=DriverOptions(keep_finished_s=_keep_finished_s(self.config), trouble=self.api.store_trouble,
+                                     configure=self._configure if keeps_placements(self.config) else None),
             )
             service = telemetry.shard_service_type()(self._core_config, store=self.store, options=options)
             service.on_scale = self._scaler.scale
@@ -316,21 +340,49 @@ class ServerApp:
             delay = min(delay * 2, 10.0)
         return None
 
-    async def _lead(self, service: ShardService) -> bool:
-        """Serve as the leader until stop() (False) or leadership is lost (True)."""
+    async def _configure(self, epoch: int) -> CoreConfig:
+        """Once leading, before recovery: the shard's pools from its durable placements, for the
+        engine, the API and the router (docs/pool-moves.md)."""
+        if self.moves is not None:
+            await self.moves.carry_out(epoch)
+        placed, topology = await placed_config(self.file_config, self.store)
+        self.config = placed
+        self.api.adopt(placed, topology)
+        for pool, placement in topology.placements().items():
+            self.router.topology.learn(pool, placement)
+        self._core_config = core_config(placed)
+        return self._core_config
+
+    def _handed(self, placed: frozenset[str]) -> None:
+        """The record now places ``placed`` on this shard: until the next leadership serves the new
+        ones, callers are told to retry rather than sent back to the shard that gave them away."""
+        self.api.incoming = placed - frozenset(self.api.pools)
+        self._relead.set()
+
+    async def _lead(self, service: ShardService) -> str:
+        """Serve as the leader until stop() ("stop"), leadership is lost ("lost") or a pool move
+        asks for a new leadership ("relead")."""
         self.service = service
         self.api.service = service
         log.info("leadership gained (epoch %s)", service.driver.epoch)
+        self._relead.clear()
         lost = asyncio.ensure_future(service.driver.wait_stepped_down())
         stopping = asyncio.ensure_future(self._stop.wait())
+        relead = asyncio.ensure_future(self._relead.wait())
+        watching = None
+        if self.moves is not None:
+            known = frozenset(pool.name for pool in self.file_config.pools)
+            watching = asyncio.ensure_future(self.moves.watch(frozenset(self.api.pools), known, self._handed))
         try:
-            await asyncio.wait({lost, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({lost, stopping, relead}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            stopping.cancel()
+            for waiter in (stopping, relead, watching):
+                if waiter is not None:
+                    waiter.cancel()
         if lost.done():
-            return True
+            return "lost"
         lost.cancel()
-        return False
+        return "stop" if self._stop.is_set() else "relead"
 
     async def _graceful(self, service: ShardService, server: grpc.aio.Server) -> None:
         log.info("shutting down: running attempts get %.1fs", self._grace)

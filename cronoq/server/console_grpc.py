@@ -68,3 +68,15 @@ class ConsoleServicer(cpbg.ConsoleServicer):
     async def ResumeSchedule(self, request: cpb.ScheduleRequest, context: Any) -> cpb.ScheduleResponse:
         services = self._services
         return await services.run_unary(context, request, services.router.resume_schedule)
+
+    async def MovePool(self, request: cpb.MovePoolRequest, context: Any) -> cpb.MoveStatus:
+        services = self._services
+        return await services.run_unary(context, request, services.router.move_pool)
+
+    async def GetMove(self, request: cpb.MoveRequest, context: Any) -> cpb.MoveStatus:
+        services = self._services
+        return await services.run_unary(context, request, services.router.get_move)
+
+    async def AbortMove(self, request: cpb.MoveRequest, context: Any) -> cpb.MoveStatus:
+        services = self._services
+        return await services.run_unary(context, request, services.router.abort_move)

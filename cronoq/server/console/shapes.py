@@ -116,6 +116,12 @@ def shards_json(m: cpb.ListShardsResponse) -> dict[str, Any]:
                  "error": r.error}
                 for r in shard.replicas
             ],
+            "topology_version": str(shard.topology_version),
+            "placements": [
+                {"pool": placed.pool, "shard": placed.shard, "version": str(placed.version)}
+                for placed in shard.placements
+            ],
+            "topology_differences": list(shard.topology_differences),
         }
         for shard in m.shards
     ]

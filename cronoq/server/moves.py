@@ -1,0 +1,127 @@
+"""Moving pools between shards, as one server takes part (``docs/pool-moves.md``).
+
+The source's leader records a requested move and steps down; whichever replica leads the source
+next carries the move out before recovering its store (``carry_out``), so no engine of the source
+runs while the pool's rows change hands. The target's leader notices the new placement in its own
+record (``watch``) and steps down too; its next leadership serves the pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable
+
+from cronoq.stores.base import Store
+from cronoq.stores.placements import placement_reader
+from cronoq.stores.pool_moves import (
+    MoveRefused,
+    MoveRow,
+    forwarded_to,
+    read_moves,
+    request_move,
+    set_move_phase,
+    transfer,
+)
+
+__all__ = ["PLACEMENT_POLL_S", "PoolMoves"]
+
+log = logging.getLogger("cronoq.server")
+
+PLACEMENT_POLL_S = 0.2
+"""How often a leader reads its shard's placements to notice a pool handed to it."""
+HANDOVER_PAUSE_S = 3 * PLACEMENT_POLL_S
+"""How long the source waits after a handover before it leads again (see ``carry_out``)."""
+
+
+def template_pool(spec_text: object) -> str | None:
+    """The pool of a stored schedule's template (its ``spec`` column: a JSON object whose
+    ``template`` holds the template's fields)."""
+    try:
+        data = json.loads(spec_text) if isinstance(spec_text, str | bytes) else None
+    except ValueError:
+        return None
+    template = data.get("template") if isinstance(data, dict) else None
+    pool = template.get("pool") if isinstance(template, dict) else None
+    return pool if isinstance(pool, str) else None
+
+
+class PoolMoves:
+    """One server's part in pool moves: its shard's store, its name, and how to reach the stores
+    of other shards (``namespace_of``: a shard's SQLite path or Postgres schema)."""
+
+    def __init__(self, store: Store, shard: str, namespace_of: Callable[[str], str],
+                 clock: Callable[[], int] = time.time_ns) -> None:  # fmt: skip
+        self.store = store
+        self.shard = shard
+        self.namespace_of = namespace_of
+        self.clock = clock
+
+    async def carry_out(self, epoch: int) -> None:
+        """Carry out the moves requested of this shard (the store is led with ``epoch`` and no
+        engine runs). A refused move is marked so, with the reason; other failures raise, and the
+        shard does not lead until the move is done."""
+        for move in (await read_moves(self.store)).values():
+            if move.phase != "requested":
+                continue
+            log.info("moving pool %r to shard %r (move %s, version %d)", move.pool, move.target, move.move_id,
+                     move.version)  # fmt: skip
+            try:
+                done = await transfer(self.store, epoch, move, self.shard, self.namespace_of(move.target),
+                                      template_pool)  # fmt: skip
+            except MoveRefused as refused:
+                log.warning("move of pool %r refused: %s", move.pool, refused)
+                await set_move_phase(self.store, epoch, move.pool, move.move_id, "refused", str(refused), self.clock())
+                continue
+            log.info("pool %r handed to shard %r: %d tasks, %d schedules", move.pool, move.target, done.tasks,
+                     done.schedules)  # fmt: skip
+            # Give the target's leader time to notice (``watch``) before this shard starts sending
+            # the pool's callers and workers there: until it does, it would send them back.
+            await asyncio.sleep(HANDOVER_PAUSE_S)
+
+    async def request(self, epoch: int, pool: str, target: str, version: int) -> tuple[MoveRow, bool]:
+        """Record a move of ``pool`` (fenced by ``epoch``); the move and whether it is new (False:
+        one was already requested, and is returned)."""
+        row = MoveRow(pool, uuid.uuid4().hex, target, version, "requested", "", self.clock())
+        recorded = await request_move(self.store, epoch, row)
+        return recorded, recorded.move_id == row.move_id
+
+    async def latest(self, pool: str) -> MoveRow | None:
+        return (await read_moves(self.store)).get(pool)
+
+    async def abort(self, epoch: int, pool: str) -> MoveRow | None:
+        """Abandon ``pool``'s requested move; the move as it is afterwards (None: there is none)."""
+        move = await self.latest(pool)
+        if move is not None and move.phase == "requested":
+            await set_move_phase(self.store, epoch, pool, move.move_id, "aborted", "aborted by an admin", self.clock())
+            move = await self.latest(pool)
+        return move
+
+    async def forwarded(self, task_id: int) -> tuple[str, str, int] | None:
+        return await forwarded_to(self.store, task_id)
+
+    async def watch(self, serving: frozenset[str], known: frozenset[str],
+                    changed: Callable[[frozenset[str]], None]) -> None:  # fmt: skip
+        """Until cancelled: call ``changed`` with the pools of ``known`` the shard's record places
+        on it, once they are other than ``serving`` (a pool handed to it, or given away)."""
+        while True:
+            try:
+                async with placement_reader(self.store) as read:
+                    while True:
+                        await asyncio.sleep(PLACEMENT_POLL_S)
+                        placements = await read()
+                        placed = frozenset(pool for pool, (shard, _) in placements.items()
+                                           if shard == self.shard and pool in known)  # fmt: skip
+                        if placements and placed != serving:
+                            log.info("this shard's placements changed (now %s); taking the lead again",
+                                     sorted(placed))  # fmt: skip
+                            changed(placed)
+                            return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the store's own troubles are noticed by the driver
+                log.debug("reading the placements: %s", exc)
+                await asyncio.sleep(PLACEMENT_POLL_S)

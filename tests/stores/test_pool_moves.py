@@ -1,0 +1,119 @@
+"""Handing a pool's rows between two shards' stores (``cronoq.stores.pool_moves``), on real SQLite
+files and real Postgres schemas: the move happens once whatever fails half-way, a leader that lost
+its lease moves nothing of the source, and a refused move changes nothing."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cronoq.engine.actions import PutRecurring, PutTask, TaskRecord
+from cronoq.engine.types import Dep, RecurringSpec, TaskSpec, TaskStatus
+from cronoq.stores import Fenced
+from cronoq.stores.placements import load_placements, read_placements
+from cronoq.stores.pool_moves import MoveRefused, MoveRow, forwarded_to, read_moves, request_move, transfer
+
+from tests.stores.support import Database
+
+T0 = 1_700_000_000_000_000_000
+S1 = 1 << 56
+SEED = {"default": ("s1", 1), "p1": ("s1", 1), "p2": ("s2", 1)}
+MOVE = MoveRow("p1", "m1", "s2", 2, "requested", "", T0)
+
+
+def pool_of_template(spec_text: object) -> str | None:
+    data = json.loads(spec_text) if isinstance(spec_text, str | bytes) else {}
+    return data.get("template", {}).get("pool")
+
+
+def task(task_id: int, pool: str, key: str | None = None, deps: tuple[Dep, ...] = ()) -> PutTask:
+    spec = TaskSpec(payload={"n": task_id}, pool=pool, key=key, deps=deps)
+    return PutTask(TaskRecord(task_id, pool, spec, T0, TaskStatus.READY, 3))
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def shards(request: pytest.FixtureRequest, tmp_path: Path, postgres_dsn: str) -> AsyncIterator[list[Any]]:
+    """Source and target databases (s1, s2), their stores open, the source led."""
+    databases = [Database(request.param, tmp_path, postgres_dsn) for _ in range(2)]
+    stores = [database.store(shard=name) for database, name in zip(databases, ("s1", "s2"), strict=True)]
+    for store in stores:
+        await store.open()
+        await load_placements(store, SEED)
+    opened = [*databases, *stores]
+    yield opened
+    for store in opened[2:]:
+        await store.close()
+    for database in databases:
+        await database.drop()
+
+
+def namespace(database: Database) -> str:
+    return str(database.path) if database.kind == "sqlite" else database.schema
+
+
+async def rows(store: Any) -> dict[int, str]:
+    """Every task id the store recovers, with its pool."""
+    return {item.record.id: item.record.pool for item in (await store.recover(T0)).tasks}
+
+
+async def test_a_move_interrupted_half_way_is_carried_out_once_by_the_next_leader(shards: list[Any]) -> None:
+    source_db, target_db, source, target = shards
+    epoch = await source.acquire_leadership()
+    await source.commit(epoch, [task(S1 + 1, "p1", key="a"), task(S1 + 2, "p1"), task(S1 + 3, "default")])
+    await source.commit(epoch, [PutRecurring(RecurringSpec("yearly", "0 0 1 1 *", TaskSpec(pool="p1")), T0, None)])
+    await request_move(source, epoch, MOVE)
+    # The leader that requested it loses the lease before carrying it out: a new one takes over.
+    await source.release_leadership()
+    successor = source_db.store(shard="s1")
+    shards.append(successor)  # closed by the fixture
+    new_epoch = await successor.acquire_leadership()
+    with pytest.raises(Fenced):
+        await transfer(source, epoch, MOVE, "s1", namespace(target_db), pool_of_template)
+    # Whatever the stale leader managed, the source still has every row and the move is pending.
+    assert await rows(successor) == {S1 + 1: "p1", S1 + 2: "p1", S1 + 3: "default"}
+    assert (await read_moves(successor))["p1"].phase == "requested"
+    assert (await read_placements(successor))["p1"] == ("s1", 1)
+    # SQLite writes the target's half first (no commit spans two files): it is there already, and
+    # the next attempt must not add it twice. Postgres moved nothing (one transaction).
+    expected = {S1 + 1: "p1", S1 + 2: "p1"} if source_db.kind == "sqlite" else {}
+    assert await rows(target) == expected
+
+    done = await transfer(successor, new_epoch, MOVE, "s1", namespace(target_db), pool_of_template)
+    assert (done.tasks, done.schedules) == (2, 1)
+    # Repeating it (a crash right after) finds nothing more to do and changes nothing.
+    assert (await transfer(successor, new_epoch, MOVE, "s1", namespace(target_db), pool_of_template)).tasks == 0
+    assert await rows(successor) == {S1 + 3: "default"}
+    assert await rows(target) == {S1 + 1: "p1", S1 + 2: "p1"}
+    assert [item.spec.name for item in (await target.recover(T0)).recurring] == ["yearly"]
+    assert (await successor.recover(T0)).recurring == []
+    assert await forwarded_to(successor, S1 + 1) == ("p1", "s2", 2)
+    assert await forwarded_to(successor, S1 + 3) is None
+    assert (await read_placements(successor))["p1"] == ("s2", 2)
+    assert (await read_placements(target))["p1"] == ("s2", 2)
+    assert (await read_moves(successor))["p1"].phase == "done"
+
+
+async def test_a_move_splitting_live_dependencies_or_reusing_keys_is_refused_and_changes_nothing(
+    shards: list[Any],
+) -> None:
+    source_db, target_db, source, target = shards
+    epoch = await source.acquire_leadership()
+    await source.commit(epoch, [task(S1 + 1, "default", key="shared"), task(S1 + 2, "p1", deps=(Dep(S1 + 1),))])
+    with pytest.raises(MoveRefused, match="pool 'p1' has live dependency edges with pools 'default' of shard 's1'"):
+        await transfer(source, epoch, MOVE, "s1", namespace(target_db), pool_of_template)
+    assert await rows(source) == {S1 + 1: "default", S1 + 2: "p1"}
+    assert await rows(target) == {}
+    assert (await read_placements(target))["p1"] == ("s1", 1)
+
+    # Without the edge, a key of the pool already used in the target is refused.
+    await source.commit(epoch, [task(S1 + 3, "p1", key="k")])
+    target_epoch = await target.acquire_leadership()
+    await target.commit(target_epoch, [task((2 << 56) + 1, "p2", key="k")])
+    edge_free = MoveRow("p1", "m2", "s2", 2, "requested", "", T0)
+    await source_db.set_column(S1 + 2, "finished_at", T0)  # the dependent task finished: no live edge
+    with pytest.raises(MoveRefused, match="keys of pool 'p1' are in use in shard 's2': 'k'"):
+        await transfer(source, epoch, edge_free, "s1", namespace(target_db), pool_of_template)
+    assert set(await rows(target)) == {(2 << 56) + 1}
