@@ -10,7 +10,9 @@ transaction, so a process killed mid-run loses nothing it has written):
   when it finished. The primary key makes a second start of the same attempt fail at once; the
   worker then records it in ``repeats``;
 * ``faults``: what the drill did and when; ``leadership``: which replica of each shard served, as
-  the drill's monitor saw it.
+  the drill's monitor saw it; ``stored_tasks``: every task the cluster listed after the drain.
+
+With all of it in one file, ``cronoq chaos check LEDGER`` judges a kept run again offline.
 
 Times are wall-clock seconds (``time.time()``): every process runs on this machine, one clock.
 """
@@ -71,6 +73,9 @@ _SCHEMA = (
         seq INTEGER PRIMARY KEY, name TEXT NOT NULL, target TEXT NOT NULL, shard TEXT,
         started_at REAL NOT NULL, ended_at REAL, detail TEXT NOT NULL DEFAULT '')""",
     "CREATE TABLE IF NOT EXISTS leadership (shard TEXT NOT NULL, at REAL NOT NULL, leader TEXT)",
+    """CREATE TABLE IF NOT EXISTS stored_tasks (
+        id INTEGER PRIMARY KEY, key TEXT, status TEXT NOT NULL, attempt INTEGER NOT NULL,
+        max_attempts INTEGER NOT NULL, submitted_at REAL NOT NULL, output BLOB)""",
 )
 
 
@@ -183,6 +188,10 @@ class Ledger:
         if rows:
             with self._conn:
                 self._conn.executemany("INSERT INTO leadership VALUES (?,?,?)", rows)
+
+    def add_stored(self, rows: Iterable[tuple[int, str | None, str, int, int, float, bytes | None]]) -> None:
+        with self._conn:
+            self._conn.executemany("INSERT OR REPLACE INTO stored_tasks VALUES (?,?,?,?,?,?,?)", list(rows))
 
     # ---------------------------------------------------------------------------------- readers
 
