@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test fuzz chaos run bench bench-history bench-peers lint typecheck venv clean image deploy-check
+.PHONY: test fuzz chaos run bench bench-history bench-peers bench-takeover lint typecheck venv clean image deploy-check
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -63,6 +63,13 @@ bench: $(STAMP)
 	$(PY) loadtests/store_bench.py
 	$(PY) loadtests/server_bench.py
 	$(PY) loadtests/shard_scaling.py
+
+# Takeover on Postgres after a leader is killed or frozen, with 0, 100k and 10^6 live tasks, and the
+# engine's bytes per pending task (loadtests/takeover_bench.py; about ten minutes). TAKEOVER_ARGS
+# passes options, e.g. make bench-takeover TAKEOVER_ARGS="--sizes 0,100000".
+bench-takeover: $(STAMP)
+	bash scripts/ensure_postgres.sh
+	cd loadtests && ../$(PY) takeover_bench.py $(TAKEOVER_ARGS)
 
 # Task-history page latency from 10^3 to 10^6 stored tasks, SQLite and Postgres (a few minutes).
 bench-history: $(STAMP)

@@ -81,7 +81,7 @@ class Connection:
 
     @property
     def lock_session(self) -> bool:
-        # The store names its lock session "cronoq-lock/<tag>" (stores.postgres.LOCK_SESSION_PREFIX),
+        # The store names its lock session "cronoq-lock/<tag>",
         # as an operator sees it in pg_stat_activity; the drill reads it from the outside too.
         return self.application is not None and self.application.startswith("cronoq-lock/")
 

@@ -25,7 +25,8 @@ class AdmissionControl:
 
     def __init__(self, config: CoreConfig, pools: Sequence[Pool], registry: Registry, outbox: Outbox) -> None:
         self._global = config.global_bounds
-        self._global_bounded = config.global_bounds.bounded
+        self.global_bounded = config.global_bounds.bounded
+        """Whether a bound spans the pools (without it, an unbounded pool admits without a check)."""
         self._pools = list(pools)
         self._registry = registry
         self._outbox = outbox
@@ -67,7 +68,7 @@ class AdmissionControl:
 
     def _mark_full(self, pool: Pool) -> None:
         self._full_pools.add(pool.name)
-        if self._global_bounded:
+        if self.global_bounded:
             self._full_global = True
         self.watching = True
 
@@ -76,7 +77,7 @@ class AdmissionControl:
     def admit(self, pool: Pool, spec: TaskSpec, spare: Iterable[int]) -> Task | None:
         """Check the bounds for one more task of ``spec`` in ``pool``: None when it fits, else a
         victim to shed first; raises Full or Overloaded. ``spare`` are the submission's parents."""
-        if not pool.bounded and not self._global_bounded:
+        if not pool.bounded and not self.global_bounded:
             return None
         cls = int(spec.priority)
         total, own_class = self._violated(pool, cls)

@@ -132,7 +132,7 @@ class Dispatcher:
         task.ready_at = now
         cls = task.cls
         if task.deadline is not None:
-            pool.edf[cls].push(task.lst, task.seq, task)
+            pool.edf[cls].push(task.lst, task.id, task)
             pool.edf_live[cls] += 1
             task.where = IN_EDF
         elif pool.sfq is not None:
@@ -146,10 +146,10 @@ class Dispatcher:
                 start = max(pool.virtual_time[cls], tags.get(task.tenant, 0.0))
                 tags[task.tenant] = start + 1.0 / fairness.weight(task.tenant)
                 task.sfq_tag = start
-            pool.sfq[cls].push(start, task.seq, task)
+            pool.sfq[cls].push(start, task.id, task)
             task.where = IN_SFQ
         else:
-            pool.fifo[cls].push(task.seq, task)
+            pool.fifo[cls].push(task.id, task)
             task.where = IN_FIFO
         pool.ready[cls] += 1
         if pool.autoscaler is not None:
@@ -174,7 +174,7 @@ class Dispatcher:
         task.ready_at = now
         fixed = task.fixed
         start = fixed.start if fixed is not None else now
-        pool.due.push(_HOLDING_KEY if task.holding else float(start), task.seq, task)
+        pool.due.push(_HOLDING_KEY if task.holding else float(start), task.id, task)
         pool.due_live += 1
         task.where = IN_DUE
         if pool.autoscaler is not None:
@@ -202,7 +202,7 @@ class Dispatcher:
         """Put a parked task back where dispatch will see it."""
         if task.fixed is not None and (task.holding or task.fixed_done or task.fixed.start <= now):
             pool = task.pool
-            pool.due.push(_HOLDING_KEY if task.holding else float(task.fixed.start), task.seq, task)
+            pool.due.push(_HOLDING_KEY if task.holding else float(task.fixed.start), task.id, task)
             pool.due_live += 1
             task.where = IN_DUE
             self._dirty.add(pool)
@@ -229,7 +229,7 @@ class Dispatcher:
                 if not key <= group.key:
                     continue
                 task = lane.peek()
-                if task is not None and (best_task is None or task.seq < best_task.seq):
+                if task is not None and (best_task is None or task.id < best_task.id):
                     best_task, best_lane = task, lane
             if best_task is None or best_lane is None:
                 return
@@ -333,7 +333,7 @@ class Dispatcher:
                     waited = now - task.submitted_at
                     score = base[cls] + min(aging[cls] * waited, age_cap[cls])
                     if score > best_score or (
-                        score == best_score and best is not None and task.seq < best.seq and cls == best.cls
+                        score == best_score and best is not None and task.id < best.id and cls == best.cls
                     ):
                         best, best_score, best_lane = task, score, 0
                 if edf_live[cls]:
@@ -342,7 +342,7 @@ class Dispatcher:
                         waited = now - task.submitted_at
                         score = base[cls] + min(aging[cls] * waited, age_cap[cls]) + self.urgency(task, now)
                         if score > best_score or (
-                            score == best_score and best is not None and cls == best.cls and task.seq < best.seq
+                            score == best_score and best is not None and cls == best.cls and task.id < best.id
                         ):
                             best, best_score, best_lane = task, score, 1
             if best is None:
@@ -409,7 +409,7 @@ class Dispatcher:
             waiters = pool.label_waiters.get(task.labels)
             if waiters is None:
                 waiters = pool.label_waiters[task.labels] = type(pool.due)()
-            waiters.push(float(task.seq), task.seq, task)
+            waiters.push(float(task.id), task.id, task)
             task.where = PARKED_LABELS
             return
         spec = task.spec
@@ -426,12 +426,8 @@ class Dispatcher:
         cls = task.cls
         ready = pool.ready
         inversion = cls > 0 and (ready[0] > 0 or (cls > 1 and (ready[1] > 0 or (cls > 2 and ready[2] > 0))))
-        self._start(pool, task, group, now, inversion)
-
-    def _start(self, pool: Pool, task: Task, group: Group, now: int, inversion: bool) -> None:
-        window = pool.window
-        window.integrate(now, pool.busy, pool.capacity)
-        bucket = window.current(now)
+        # Start it.
+        bucket = pool.window.integrate_current(now, pool.busy, pool.capacity)
         if task.holding:
             task.holding = False
             pool.held -= 1

@@ -80,7 +80,7 @@ class Holds:
             return
         fixed = task.fixed
         assert fixed is not None
-        pool.hold_waiters.push(float(fixed.start), task.seq, task)
+        pool.hold_waiters.push(float(fixed.start), task.id, task)
         task.where = WAITING_HOLD
 
     def drop(self, task: Task) -> None:

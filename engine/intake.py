@@ -86,7 +86,10 @@ class Intake:
             if existing is not None:
                 admission.check_spec(spec, self._resources)
                 return Submitted(existing, True)
-        admission.check_spec(spec, self._resources)
+        if spec.resources:
+            admission.check_spec(spec, self._resources)
+        else:
+            admission.check_values(spec)  # the part of check_spec a task without resources needs
         resolved = self._dependencies.resolve(pool, spec) if spec.deps else None
         if key is not None and resolved is not None:
             self._dependencies.check_cycle(key, resolved)
@@ -99,10 +102,11 @@ class Intake:
                     SubmitCode.RESERVATION_CONFLICT,
                     f"pool {pool.name!r} has no reservable capacity left for that start time",
                 )
-        spare = [parent.id for parent, _, _ in resolved if parent is not None] if resolved else ()
-        victim = self._admission.admit(pool, spec, spare)
-        if victim is not None:
-            self._outcomes.finish(victim, _SHED, now, f"shed to admit a {spec.priority.label} task")
+        if pool.bounded or self._admission.global_bounded:
+            spare = [parent.id for parent, _, _ in resolved if parent is not None] if resolved else ()
+            victim = self._admission.admit(pool, spec, spare)
+            if victim is not None:
+                self._outcomes.finish(victim, _SHED, now, f"shed to admit a {spec.priority.label} task")
         task = self.create(now, pool, spec, resolved, interval)
         return Submitted(task.id, False)
 

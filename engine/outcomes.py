@@ -169,7 +169,7 @@ class Outcomes:
         task = lease.task
         task.lease = None
         pool = task.pool
-        pool.window.integrate(now, pool.busy, pool.capacity)
+        bucket = pool.window.integrate_current(now, pool.busy, pool.capacity)
         pool.busy -= 1
         group = lease.group
         group.busy -= 1
@@ -177,7 +177,6 @@ class Outcomes:
         if spec is not None and spec.resources:
             self._resources.release(spec.resources, now)
             self._dispatcher.wake_resources(now)
-        bucket = pool.window.current(now)
         if ran:
             duration = now - lease.started_at
             bucket.run.record(duration)

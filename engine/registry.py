@@ -7,7 +7,7 @@ counters right. Admission control hears of every task that starts or stops pendi
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import TYPE_CHECKING, Final
 
 from . import transitions
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 _READY: Final = TaskStatus.READY
 _RUNNING: Final = TaskStatus.RUNNING
+_ALLOWED: Final = transitions.BY_VALUE
 _READY_ROW: Final = STATUS_INDEX[TaskStatus.READY.value]
 _RUNNING_ROW: Final = STATUS_INDEX[TaskStatus.RUNNING.value]
 
@@ -34,6 +35,8 @@ class Registry:
         self.totals: dict[str, int] = dict.fromkeys(TOTAL_NAMES, 0)
         """Engine-wide counters (each pool keeps its share in ``Pool.totals``)."""
         self._ids = IdAllocator(config.id_epoch, config.id_shard)
+        self.allocate_id: Callable[[], int] = self._ids.allocate
+        """A new task id (ids only grow)."""
         self._tasks: dict[int, Task] = {}
         self._keys: dict[str, int] = {}
         self._by_pool: dict[str, IdIndex] = {}
@@ -45,9 +48,6 @@ class Registry:
         self._admission = admission
 
     # Ids and lookups ----------------------------------------------------------------------------
-
-    def allocate_id(self) -> int:
-        return self._ids.allocate()
 
     @property
     def last_id(self) -> int:
@@ -203,7 +203,8 @@ class Registry:
         old = task.status
         if old._value_ in TERMINAL_VALUES:
             return False
-        transitions.check(task.id, old, status)
+        if status._value_ not in _ALLOWED[old._value_]:
+            transitions.check(task.id, old, status)  # raises
         pool = task.pool
         cls = task.cls
         pool.counts[STATUS_INDEX[old._value_]][cls] -= 1

@@ -15,7 +15,7 @@ from .lanes import FifoLane, KeyedLane
 from .reservations import ReservationBook
 from .snapshot import TOTAL_NAMES
 from .stats import LogLinearHistogram, MetricsWindow
-from .types import CLASSES, Dep, EdgeCond, FixedStart, RecurringSpec, RetryPolicy, TaskSpec, TaskStatus
+from .types import CLASSES, EdgeCond, FixedStart, RecurringSpec, RetryPolicy, TaskSpec, TaskStatus
 
 # Read once: an enum member looked up on its class runs Python code (and every task starts ready).
 _READY: Final = TaskStatus.READY
@@ -56,7 +56,8 @@ NO_LABELS: Final[LabelKey] = frozenset()
 
 
 class Task:
-    """One task. ``seq`` orders submissions; it equals the id (ids grow in submission order)."""
+    """One task. Its id also orders submissions (ids grow in submission order): the lanes break
+    ties by it."""
 
     __slots__ = (
         "attempt",
@@ -64,7 +65,6 @@ class Task:
         "children",
         "cls",
         "deadline",
-        "deps",
         "est",
         "finished_at",
         "fixed",
@@ -83,10 +83,8 @@ class Task:
         "pool",
         "qgen",
         "ready_at",
-        "recurring",
         "retry",
         "retry_at",
-        "seq",
         "sfq_tag",
         "spec",
         "started_at",
@@ -101,7 +99,6 @@ class Task:
 
     def __init__(self, task_id: int, pool: Pool, spec: TaskSpec, now: int, retry: RetryPolicy) -> None:
         self.id = task_id
-        self.seq = task_id
         self.pool = pool
         self.spec: TaskSpec | None = spec
         self.cls: int = int(spec.priority)
@@ -125,7 +122,6 @@ class Task:
         self.unmet = 0
         self.awaiting: set[str] | None = None
         self.children: list[tuple[Task, EdgeCond]] | None = None
-        self.deps: tuple[Dep, ...] = spec.deps
         self.labels: LabelKey = frozenset(spec.labels.items()) if spec.labels else NO_LABELS
         self.lease: LeaseState | None = None
         self.retry_at: int | None = None
@@ -137,7 +133,6 @@ class Task:
         self.sfq_tag = -1.0  # fair-share start tag, kept across retries and wake-ups
         self.where = NOWHERE
         self.woken = False  # re-queued by a resource wake-up: keeps its place if it parks again
-        self.recurring: str | None = spec.tags.get("cronoq.recurring") if spec.tags else None
 
     def __repr__(self) -> str:
         return f"<Task {self.id} {self.status.value} pool={self.pool.name} cls={self.cls}>"

@@ -370,6 +370,24 @@ class MetricsWindow:
             bucket.capacity_ns += capacity * dt
             t = end
 
+    def integrate_current(self, now: int, busy: int, capacity: int) -> WindowBucket:
+        """``integrate(now, busy, capacity)`` then ``current(now)``, in one call (every attempt
+        that starts or ends does both)."""
+        head_end = self._head_end
+        last = self._last
+        if now < head_end and (now <= last or last >= head_end - self.width):
+            self._busy = busy
+            self._capacity = capacity
+            bucket = self._head_bucket
+            if now > last:
+                self._last = now
+                dt = now - last
+                bucket.busy_ns += busy * dt
+                bucket.capacity_ns += capacity * dt
+            return bucket
+        self.integrate(now, busy, capacity)
+        return self.current(now)
+
     def totals(self, now: int, busy: int | None = None, capacity: int | None = None) -> WindowBucket:
         """A fresh bucket merging the whole window as of ``now``.
 

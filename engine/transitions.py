@@ -46,18 +46,18 @@ ALLOWED: Final[Mapping[TaskStatus, frozenset[TaskStatus]]] = {
     **{status: frozenset() for status in TaskStatus if status.terminal},
 }
 
-# The same table keyed by the members' values: hashing a str runs no Python code, unlike an enum
-# member, and this is looked up on every move.
-_BY_VALUE: Final[dict[str, frozenset[str]]] = {
+BY_VALUE: Final[Mapping[str, frozenset[str]]] = {
     old._value_: frozenset(new._value_ for new in targets) for old, targets in ALLOWED.items()
 }
+"""The same table keyed by the members' values: hashing a str runs no Python code, unlike an enum
+member, and the table is consulted on every move."""
 
 
 def allowed(old: TaskStatus, new: TaskStatus) -> bool:
-    return new._value_ in _BY_VALUE[old._value_]
+    return new._value_ in BY_VALUE[old._value_]
 
 
 def check(task_id: int, old: TaskStatus, new: TaskStatus) -> None:
     """Raise ``EngineFault`` unless a task may go from ``old`` to ``new``."""
-    if new._value_ not in _BY_VALUE[old._value_]:
+    if new._value_ not in BY_VALUE[old._value_]:
         raise EngineFault(f"task {task_id} cannot go from {old.value} to {new.value}", task_id=task_id)

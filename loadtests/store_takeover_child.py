@@ -4,6 +4,8 @@
         --role leader --submit N      # leads, submits N tasks to a pool of capacity 0, says READY
     python store_takeover_child.py --store ... --role standby
                                       # waits for leadership, recovers, dispatches, says DISPATCH
+        [--serve]                     # ... then keeps leading (its attempts never finish), says PEAK
+        [--lock-poll S] [--lease-ttl S] [--lease-renew S]   # leadership settings (defaults below)
 
 Every line on stdout is ``<EVENT> <unix time> [details]``, flushed at once:
 
@@ -11,7 +13,10 @@ Every line on stdout is ``<EVENT> <unix time> [details]``, flushed at once:
 * ``STANDBY <t>``: the standby is up and competing for leadership.
 * ``ACQUIRED <t>``: the standby's store granted it leadership.
 * ``RECOVERED <t> <seconds> <tasks>``: its ``recover()`` returned (its duration, tasks read).
-* ``DISPATCH <t>``: its executor started the first attempt.
+* ``SERVING <t>``: it leads, has restored the shard and accepts calls.
+* ``DISPATCH <t>``: its executor started the first attempt (a task it submits itself once it
+  serves, if the backlog is empty).
+* ``PEAK <t> <bytes>``: (``--serve``) the process's peak resident set size so far (``VmHWM``).
 
 The leader's pool has no slots, so every task stays live (Ready) until the standby takes over.
 Lease and poll settings are short, and printed by the parent with the results.
@@ -39,7 +44,19 @@ def say(event: str, *details: object) -> None:
     sys.stdout.flush()
 
 
-def open_store(spec: str, timed: bool) -> Any:
+def peak_rss() -> int:
+    """This process's peak resident set size in bytes (``VmHWM``; 0 where /proc has none)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def open_store(spec: str, timed: bool, leadership: dict[str, float] | None = None) -> Any:
     kind, _, rest = spec.partition(":")
     if kind == "sqlite":
         from cronoq.stores.sqlite import SqliteStore
@@ -58,6 +75,7 @@ def open_store(spec: str, timed: bool) -> Any:
         base, args, kw = PostgresStore, (dsn,), {"schema": schema, "lock_poll": LOCK_POLL}
     else:
         raise SystemExit(f"unknown store {spec!r}")
+    kw.update(leadership or {})
     if not timed:
         return base(*args, **kw)
 
@@ -78,12 +96,12 @@ def open_store(spec: str, timed: bool) -> Any:
     return Timed(*args, **kw)
 
 
-async def lead(store_spec: str, total: int) -> None:
+async def lead(store_spec: str, total: int, leadership: dict[str, float]) -> None:
     async def never(ctx: cronoq.TaskContext, payload: Any) -> None:
         raise AssertionError("the leader's pool has no slots")
 
     pool = cronoq.Pool("default", never, min=0, max=1, initial=0, autoscale=False)
-    async with cronoq.Scheduler([pool], store=open_store(store_spec, timed=False)) as sched:
+    async with cronoq.Scheduler([pool], store=open_store(store_spec, False, leadership)) as sched:
         driver = sched._driver
         say("LEADER", driver.epoch if driver is not None else "?")
         for base in range(0, total, 1000):
@@ -92,19 +110,27 @@ async def lead(store_spec: str, total: int) -> None:
         await asyncio.Event().wait()  # until SIGKILL
 
 
-async def stand_by(store_spec: str) -> None:
+async def stand_by(store_spec: str, serve: bool, leadership: dict[str, float]) -> None:
     first = asyncio.Event()
+    forever = asyncio.Event()
 
     async def run(ctx: cronoq.TaskContext, payload: Any) -> None:
         if not first.is_set():
             say("DISPATCH", ctx.id)
             first.set()
+        if serve:
+            await forever.wait()  # the backlog stays live for the next takeover
 
     pool = cronoq.Pool("default", run, max=64, autoscale=False)
-    sched = cronoq.Scheduler([pool], store=open_store(store_spec, timed=True))
+    sched = cronoq.Scheduler([pool], store=open_store(store_spec, True, leadership))
     say("STANDBY")
     await sched.start()  # returns once this process leads and has restored the shard
+    say("SERVING")
+    await sched.submit(-1)  # a task of its own, behind the backlog (the only one if none)
     await first.wait()
+    if serve:
+        say("PEAK", peak_rss())
+        await forever.wait()  # until killed
     await sched.shutdown(0.5)
 
 
@@ -113,7 +139,13 @@ def main() -> None:
     parser.add_argument("--store", required=True)
     parser.add_argument("--role", choices=("leader", "standby"), required=True)
     parser.add_argument("--submit", type=int, default=0)
+    parser.add_argument("--serve", action="store_true")
+    parser.add_argument("--lock-poll", type=float)
+    parser.add_argument("--lease-ttl", type=float)
+    parser.add_argument("--lease-renew", type=float)
     args = parser.parse_args()
+    given = (("lock_poll", args.lock_poll), ("lease_ttl", args.lease_ttl), ("lease_renew", args.lease_renew))
+    leadership = {name: value for name, value in given if value is not None}
     try:
         import uvloop
 
@@ -121,9 +153,9 @@ def main() -> None:
     except ImportError:
         pass
     if args.role == "leader":
-        asyncio.run(lead(args.store, args.submit))
+        asyncio.run(lead(args.store, args.submit, leadership))
     else:
-        asyncio.run(stand_by(args.store))
+        asyncio.run(stand_by(args.store, args.serve, leadership))
 
 
 if __name__ == "__main__":

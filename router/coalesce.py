@@ -15,7 +15,7 @@ The answer each caller gets is the one a Submit of its own would have got:
 
 - a batch is atomic on the owning shard, so when it is refused (a status that means nothing was
   written: invalid input, unknown pool, a full queue, ...) every request of it is sent again on
-  its own and gets its own precise answer;
+  its own (``RESEND_CONCURRENCY`` at a time) and gets its own precise answer;
 - when the outcome is unknown (the shard unreachable, a timeout) every caller gets that error, as
   a lone forwarded Submit would, and nothing is retried (that could create tasks twice);
 - a caller that gave up before its request left is dropped from the batch.
@@ -51,6 +51,11 @@ REFUSED = frozenset(
     }
 )
 """Statuses with which a shard refuses a batch without writing any of it."""
+
+RESEND_CONCURRENCY = 16
+"""Submits in flight at once when a refused batch is sent again one by one: all of a batch at once
+could exceed what the peer lets one credential have in flight, and a Submit refused for that is not
+the answer its own task deserves."""
 
 StatusOf = Callable[[BaseException], "grpc.StatusCode | None"]
 
@@ -187,7 +192,13 @@ class SubmitCoalescer:
             answer = await self._send_batch(group[0][2], batch)
         except Exception as exc:
             if self._status_of(exc) in REFUSED:  # nothing was written: let each find out why
-                await asyncio.gather(*(self._answer_alone(*waiting) for waiting in group))
+                gate = asyncio.Semaphore(RESEND_CONCURRENCY)
+
+                async def alone(waiting: _Waiting) -> None:
+                    async with gate:
+                        await self._answer_alone(*waiting)
+
+                await asyncio.gather(*(alone(waiting) for waiting in group))
                 return
             for _, future, _ in group:
                 if not future.done():

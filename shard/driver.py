@@ -225,7 +225,11 @@ class Driver:
             gc.disable()
             try:
                 recovered = await store.recover(now, config.retention)
-                core = self._restored(config, now, recovered, {}, set(), count_quarantined=True)
+                # In a thread: restoring a large backlog takes seconds, during which the event
+                # loop must go on renewing the store's lease (or lose leadership at once).
+                core = await asyncio.to_thread(
+                    self._restored, config, now, recovered, {}, set(), count_quarantined=True
+                )
                 if recovered.tasks and collecting:
                     _GcTuning.freeze()
             finally:
@@ -626,7 +630,9 @@ class Driver:
         try:
             recovered = await store.recover(now, self._config.retention)
             # What ``recovered`` quarantined was counted when this leadership began.
-            core = self._restored(self._leading_config, now, recovered, dead, suspended, count_quarantined=False)
+            core = await asyncio.to_thread(
+                self._restored, self._leading_config, now, recovered, dead, suspended, count_quarantined=False
+            )
         except Exception as failure:
             log.error("rebuilding the engine failed: %s", failure, exc_info=failure)
             await self._step_down(f"rebuilding the engine after an internal error failed: {failure}")

@@ -21,20 +21,19 @@ one role), or membership in ``pg_signal_backend``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import asyncpg
 
-if TYPE_CHECKING:
-    from .postgres import PostgresStore
+from ._pg_errors import PG_FAILURES, map_error
 
-__all__ = ["PgLease", "lease_sql"]
+__all__ = ["LeaseSql", "PgLease"]
 
 log = logging.getLogger("cronoq.stores.postgres")
 
-_PG_FAILURES = (OSError, asyncpg.InterfaceError, asyncpg.PostgresError, TimeoutError)
-_TERMINATE_WAITS_FROM = 140000  # pg_terminate_backend(pid, timeout) exists from Postgres 14
+_TERMINATE_WAITS_FROM = 14  # pg_terminate_backend(pid, timeout) exists from Postgres 14
 
 
 class LeaseSql:
@@ -68,96 +67,154 @@ class LeaseSql:
         self.end_stale = stale + " (SELECT count(*) FROM victims WHERE pg_terminate_backend(pid))"
 
 
-def lease_sql(s: str) -> LeaseSql:
-    return LeaseSql(s)
-
-
 class PgLease:
-    """Claims, renews and gives back the lease of one ``PostgresStore`` (see the module docstring)."""
+    """Claims, renews and gives back the lease of one Postgres schema, and owns the lock session
+    (see the module docstring). ``s`` is the quoted schema name, ``key`` the advisory lock key;
+    ``session_timeout`` bounds each statement and derives the lock session's TCP keepalives."""
 
-    def __init__(self, store: PostgresStore) -> None:
-        self.store = store
-        self.sql = LeaseSql(store._s)
+    def __init__(
+        self,
+        *,
+        dsn: str,
+        schema: str,
+        s: str,
+        key: int,
+        holder: str,
+        tag: str,
+        lease_ttl: float,
+        session_timeout: float,
+    ) -> None:
+        self.dsn = dsn
+        self.schema = schema
+        self.key = key
+        self.holder = holder
+        self.tag = tag
+        self.lease_ttl = lease_ttl
+        self.session_timeout = session_timeout
+        self.sql = LeaseSql(s)
+        self.conn: Any = None  # the lock session
+
+    # -- the lock session ------------------------------------------------------------------------
+
+    def settings(self) -> dict[str, str]:
+        timeout = max(self.session_timeout, 1.0)
+        return {
+            "application_name": f"cronoq-lock/{self.tag}",
+            "tcp_keepalives_idle": str(max(1, round(timeout / 2))),
+            "tcp_keepalives_interval": str(max(1, round(timeout / 6))),
+            "tcp_keepalives_count": "3",
+            "tcp_user_timeout": str(round(timeout * 1000)),
+        }
+
+    @property
+    def pid(self) -> int | None:
+        """Server process id of the lock session."""
+        conn = self.conn
+        if conn is None or conn.is_closed():
+            return None
+        return int(conn.get_server_pid())
+
+    async def session(self) -> Any:
+        conn = self.conn
+        if conn is None or conn.is_closed():
+            conn = self.conn = await asyncpg.connect(
+                self.dsn, timeout=self.session_timeout, server_settings=self.settings()
+            )
+        return conn
+
+    def drop(self) -> None:
+        """End the lock session at once, and with it the advisory lock (no I/O to wait for)."""
+        conn, self.conn = self.conn, None
+        if conn is not None and not conn.is_closed():
+            conn.terminate()
+
+    async def close(self) -> None:
+        """Close the lock session politely (which frees the lock), or end it if that hangs."""
+        conn, self.conn = self.conn, None
+        if conn is not None and not conn.is_closed():
+            try:
+                await asyncio.wait_for(conn.close(), timeout=self.session_timeout)
+            except (TimeoutError, *PG_FAILURES):
+                conn.terminate()
+
+    # -- LeaseBackend ----------------------------------------------------------------------------
 
     async def claim(self) -> int | None:
-        from .postgres import _map_error
-
-        st = self.store
         try:
-            conn = await st._lock_session()
-            got = await conn.fetchval("SELECT pg_try_advisory_lock($1)", st._key, timeout=st.session_timeout)
+            conn = await self.session()
+            got = await conn.fetchval("SELECT pg_try_advisory_lock($1)", self.key, timeout=self.session_timeout)
             if not got and await self._end_expired_holder(conn):
-                got = await conn.fetchval("SELECT pg_try_advisory_lock($1)", st._key, timeout=st.session_timeout)
+                got = await conn.fetchval("SELECT pg_try_advisory_lock($1)", self.key, timeout=self.session_timeout)
             if not got:
                 return None
             async with conn.transaction():
-                epoch = await conn.fetchval(self.sql.bump, st.holder, timeout=st.session_timeout)
-                await conn.execute(self.sql.take, epoch, st.holder, st.tag, st.lease_ttl, timeout=st.session_timeout)
-        except _PG_FAILURES as exc:
-            st._drop_lock_session()
-            raise _map_error(exc, "leader election") from exc
+                epoch = await conn.fetchval(self.sql.bump, self.holder, timeout=self.session_timeout)
+                await conn.execute(
+                    self.sql.take, epoch, self.holder, self.tag, self.lease_ttl, timeout=self.session_timeout
+                )
+        except PG_FAILURES as exc:
+            self.drop()
+            raise map_error(exc, "leader election") from exc
         except BaseException:
-            st._drop_lock_session()
+            self.drop()
             raise
         return int(epoch)
 
     async def _end_expired_holder(self, conn: Any) -> bool:
         """End the sessions of a holder whose lease expired; True if any were ended."""
-        st = self.store
-        wait_ms = round(min(st.session_timeout, 5.0) * 1000)
-        if conn.get_server_version().major * 10000 >= _TERMINATE_WAITS_FROM:
-            row = await conn.fetchrow(self.sql.end_stale_waiting, wait_ms, timeout=st.session_timeout + 1)
+        wait_ms = round(min(self.session_timeout, 5.0) * 1000)
+        if conn.get_server_version().major >= _TERMINATE_WAITS_FROM:
+            row = await conn.fetchrow(self.sql.end_stale_waiting, wait_ms, timeout=self.session_timeout + 1)
         else:
-            row = await conn.fetchrow(self.sql.end_stale, timeout=st.session_timeout)
+            row = await conn.fetchrow(self.sql.end_stale, timeout=self.session_timeout)
         holder, found, ended = row[0], int(row[1]), int(row[2])
         if holder is None:
             return False
         if found == 0:
-            log.debug("the lease of %s on schema %s expired, but none of its sessions is left", holder, st.schema)
+            log.debug("the lease of %s on schema %s expired, but none of its sessions is left", holder, self.schema)
             return False
         log.warning(
             "the lease of %s on schema %s expired while it held the leader lock (a frozen or paused process?);"
             " ended %d of its %d database sessions to take over",
             holder,
-            st.schema,
+            self.schema,
             ended,
             found,
         )
         return ended > 0
 
     async def renew(self, epoch: int) -> bool:
-        from .postgres import _map_error
-
-        st = self.store
-        conn = st._lock_conn
+        conn = self.conn
         try:
             if conn is None or conn.is_closed():
                 conn = await self._reclaim()
                 if conn is None:
                     return False
-            renewed = await conn.fetchval(self.sql.renew, epoch, st.holder, st.lease_ttl, timeout=st.session_timeout)
-        except _PG_FAILURES as exc:
+            renewed = await conn.fetchval(
+                self.sql.renew, epoch, self.holder, self.lease_ttl, timeout=self.session_timeout
+            )
+        except PG_FAILURES as exc:
             if conn is not None and conn.is_closed():
-                st._lock_conn = None
-            raise _map_error(exc, "lease renewal") from exc
+                self.conn = None
+            raise map_error(exc, "lease renewal") from exc
         return bool(renewed)
 
     async def _reclaim(self) -> Any:
         """A new lock session holding the lock again, or None when another session holds it.
         (The renewal that follows checks that the epoch and the lease are still ours: then
         nobody led in between, and a short outage cost no failover.)"""
-        st = self.store
-        st._lock_conn = None
-        conn = await st._lock_session()
-        got = await conn.fetchval("SELECT pg_try_advisory_lock($1)", st._key, timeout=st.session_timeout)
+        self.conn = None
+        conn = await self.session()
+        got = await conn.fetchval("SELECT pg_try_advisory_lock($1)", self.key, timeout=self.session_timeout)
         if not got:
-            st._drop_lock_session()
+            self.drop()
             return None
-        log.warning("postgres lock session of schema %s restored", st.schema)
+        log.warning("postgres lock session of schema %s restored", self.schema)
         return conn
 
     async def release(self, epoch: int) -> None:
-        """Closing the lock session (the store does it) frees the lock; the row needs nothing."""
+        """Closing the lock session (``close``, which the store calls) frees the lock; the row
+        needs nothing."""
 
     def dropped(self, epoch: int) -> None:
-        self.store._drop_lock_session()
+        self.drop()

@@ -61,6 +61,8 @@ from . import _rows as R
 from . import _schema as S
 from . import history as H
 from ._lease import LeaseKeeper
+from ._pg_errors import PG_FAILURES as _PG_FAILURES
+from ._pg_errors import map_error as _map_error
 from ._pg_lease import PgLease
 from ._prepared import PreparedSteps
 from .base import (
@@ -86,10 +88,6 @@ _RECURRING_TYPES = ("text", "text", "text", "bytea", "bigint", "bigint", "boolea
 assert len(_RECURRING_TYPES) == len(R.RECURRING_COLUMNS)
 assert len(_STATUS_TYPES) == len(R.STATUS_COLUMNS)
 
-# SQLSTATE classes of failures worth retrying: connection, transaction rollback (serialization,
-# deadlock), insufficient resources, operator intervention (shutdown, cancel).
-_TRANSIENT_CLASSES = ("08", "40", "53", "57")
-
 
 def quote_schema(schema: str) -> str:
     if not isinstance(schema, str) or not _SCHEMA_NAME.fullmatch(schema):
@@ -97,30 +95,10 @@ def quote_schema(schema: str) -> str:
     return f'"{schema}"'
 
 
-# application_name prefixes of a store's sessions (followed by the instance's tag): what a
-# standby ends once the holder's lease expired, and what operators and drills can tell apart.
-LOCK_SESSION_PREFIX = "cronoq-lock/"
-DATA_SESSION_PREFIX = "cronoq/"
-
-
 def lock_key(schema: str, purpose: str = "leader") -> int:
     """The advisory lock key (a signed 64-bit integer) of ``purpose`` for ``schema``."""
     digest = hashlib.sha256(f"cronoq/{purpose}/{schema}".encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
-
-
-def _map_error(exc: BaseException, doing: str) -> StoreError:
-    text = f"postgres {doing} failed: {type(exc).__name__}: {exc}"
-    if isinstance(exc, OSError | asyncpg.InterfaceError | TimeoutError):
-        return Unavailable(text)
-    if isinstance(exc, asyncpg.PostgresError):
-        state = getattr(exc, "sqlstate", None) or ""
-        if state[:2] in _TRANSIENT_CLASSES or state == "55P03":
-            return Unavailable(text)
-    return StoreError(text)
-
-
-_PG_FAILURES = (OSError, asyncpg.InterfaceError, asyncpg.PostgresError, TimeoutError)
 
 
 async def _init_session(conn: Any) -> None:
@@ -419,10 +397,19 @@ class PostgresStore:
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{self.tag}"
         self.lease_ttl = lease_ttl
         self.lease_renew = keepalive if lease_renew is None else lease_renew
-        self._pool_app = f"{DATA_SESSION_PREFIX}{self.tag}"
-        self._lock_app = f"{LOCK_SESSION_PREFIX}{self.tag}"
+        self._pool_app = f"cronoq/{self.tag}"
+        self._lock = PgLease(
+            dsn=dsn,
+            schema=schema,
+            s=self._s,
+            key=lock_key(schema),
+            holder=self.holder,
+            tag=self.tag,
+            lease_ttl=lease_ttl,
+            session_timeout=session_timeout,
+        )
         self._lease = LeaseKeeper(
-            PgLease(self),
+            self._lock,
             lease_ttl=lease_ttl,
             lease_renew=self.lease_renew,
             lock_poll=lock_poll,
@@ -431,7 +418,6 @@ class PostgresStore:
         )
         self.lost = self._lease.lost
 
-        self._key = lock_key(schema)
         self._sql = _CommitSql(self._s)
         self._history = H.SqlHistory(
             f"{self._s}.cronoq_tasks",
@@ -441,7 +427,6 @@ class PostgresStore:
             array=lambda placeholder, kind: f"{placeholder}::{kind}[]",
         )
         self._pool: Any = None
-        self._lock_conn: Any = None
         self._open_lock = asyncio.Lock()
         self._commit_lock = asyncio.Lock()
         self._closed = False
@@ -461,10 +446,7 @@ class PostgresStore:
     @property
     def lock_session_pid(self) -> int | None:
         """Server process id of the lock session (for operators and failover tests)."""
-        conn = self._lock_conn
-        if conn is None or conn.is_closed():
-            return None
-        return int(conn.get_server_pid())
+        return self._lock.pid
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -521,29 +503,6 @@ class PostgresStore:
 
     # -- leadership ----------------------------------------------------------------------------
 
-    def _lock_settings(self) -> dict[str, str]:
-        timeout = max(self.session_timeout, 1.0)
-        return {
-            "application_name": self._lock_app,
-            "tcp_keepalives_idle": str(max(1, round(timeout / 2))),
-            "tcp_keepalives_interval": str(max(1, round(timeout / 6))),
-            "tcp_keepalives_count": "3",
-            "tcp_user_timeout": str(round(timeout * 1000)),
-        }
-
-    async def _lock_session(self) -> Any:
-        conn = self._lock_conn
-        if conn is None or conn.is_closed():
-            conn = self._lock_conn = await asyncpg.connect(
-                self.dsn, timeout=self.session_timeout, server_settings=self._lock_settings()
-            )
-        return conn
-
-    def _drop_lock_session(self) -> None:
-        conn, self._lock_conn = self._lock_conn, None
-        if conn is not None and not conn.is_closed():
-            conn.terminate()  # ends the session, and with it the advisory lock
-
     async def acquire_leadership(self) -> int:
         while True:
             try:
@@ -570,15 +529,9 @@ class PostgresStore:
             compactor.cancel()  # its statement is atomic: cancelled, it folds nothing
             await asyncio.gather(compactor, return_exceptions=True)
         epoch = await self._lease.release()
-        conn, self._lock_conn = self._lock_conn, None
-        if conn is not None and not conn.is_closed():
-            try:
-                await asyncio.wait_for(conn.close(), timeout=self.session_timeout)
-            except (TimeoutError, *_PG_FAILURES):
-                conn.terminate()
+        await self._lock.close()
         if epoch is not None:
             log.info("postgres leadership of schema %s released (epoch %d)", self.schema, epoch)
-
 
     # -- writes --------------------------------------------------------------------------------
 
@@ -657,8 +610,9 @@ class PostgresStore:
             return  # the next commit reports it
         except (TimeoutError, *_PG_FAILURES) as exc:
             # Nothing is lost: the events stay in the log, and the next compaction folds them.
-            log.warning("compacting the status event log of schema %s failed: %s: %s",
-                        self.schema, type(exc).__name__, exc)
+            log.warning(
+                "compacting the status event log of schema %s failed: %s: %s", self.schema, type(exc).__name__, exc
+            )
             self._unfolded += self.compact_after // 2  # retry sooner than a full round later
             return
         log.debug("folded %d status events into the task rows of schema %s", folded, self.schema)
@@ -727,17 +681,25 @@ class PostgresStore:
                     # The log holds the latest status of tasks whose rows it has not been folded
                     # into yet (a row that finished before the cutoff gets no more events).
                     events = E.EventFold([r[0] for r in await conn.fetch(E.read_events_sql(s))])
-                    for row in await conn.fetch(
+                    rows = await conn.fetch(
                         f"SELECT {cols} FROM {s}.cronoq_tasks"
                         " WHERE finished_at IS NULL OR finished_at >= $1 ORDER BY id",
                         cutoff,
-                    ):
-                        if events.latest:
-                            row = events.apply(row)
-                            finished = row[R.T_FINISHED]
-                            if type(finished) is int and finished < cutoff:
-                                continue  # finished before the retention window, per the log
-                        rec.add(row)
+                    )
+
+                    def decode(rows: list[Any]) -> None:
+                        for row in rows:
+                            if events.latest:
+                                row = events.apply(row)
+                                finished = row[R.T_FINISHED]
+                                if type(finished) is int and finished < cutoff:
+                                    continue  # finished before the retention window, per the log
+                            rec.add(row)
+
+                    # In a thread: decoding a large backlog takes seconds, during which the event
+                    # loop must go on renewing the lease.
+                    await asyncio.to_thread(decode, rows)
+                    del rows
                 ids, keys = rec.missing_parents()
                 if ids or keys:
                     parents = await conn.fetch(

@@ -512,8 +512,14 @@ class SqliteStore:
         rec = R.Recovery(self.codec, now)
         with R.gc_paused():
             rows, rec_rows, high = await self._call("recovery", self._recover_sync, cutoff)
-            for row in rows:
-                rec.add(row)
+
+            def decode(rows: list[Any]) -> None:
+                for row in rows:
+                    rec.add(row)
+
+            # In a thread: decoding a large backlog takes seconds, during which the event loop
+            # must go on renewing the lease.
+            await asyncio.to_thread(decode, rows)
             del rows
         ids, keys = rec.missing_parents()
         if ids or keys:

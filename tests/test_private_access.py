@@ -31,10 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("engine", "stores", "shard", "router", "cluster", "config", "cronoq")
 NAMEDTUPLE_API = frozenset({"_replace", "_asdict", "_fields", "_make", "_field_defaults"})
 
-# Still to be removed: the Postgres lease keeper works on its store's connection state and error
-# mapping; the client builds its public result types through their private ``_from_pb``.
+# Still to be removed: the client builds its public result types through their private ``_from_pb``.
 KNOWN: dict[str, frozenset[str]] = {
-    "stores/_pg_lease.py": frozenset({"_map_error", "_lock_conn", "_s", "_drop_lock_session", "_lock_session", "_key"}),
     "cronoq/_client/client.py": frozenset({"_from_pb"}),
     "cronoq/_client/worker.py": frozenset({"_from_pb"}),
 }

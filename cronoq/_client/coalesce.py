@@ -11,7 +11,7 @@ Each caller gets the answer its own Submit would have got:
 
 - a batch is atomic on the server, so a batch refused with a status that means nothing was
   written (invalid input, unknown pool, a full queue, a limit, ...) is sent again one Submit per
-  task, each getting its own precise answer or error;
+  task (``RESEND_CONCURRENCY`` at a time), each getting its own precise answer or error;
 - when the outcome is unknown (server unreachable, deadline passed), every caller of the batch
   gets that error, as a lone Submit would, and nothing is retried (that could create tasks twice);
 - a caller that gave up (was cancelled) before its request left is dropped from the batch.
@@ -45,6 +45,11 @@ REFUSED_CODES = frozenset(
     }
 )
 """``ClientError`` codes with which a server refuses a whole batch without writing any of it."""
+
+RESEND_CONCURRENCY = 16
+"""Submits in flight at once when a refused batch is sent again task by task: a batch holds
+hundreds of tasks, more than a server lets one credential (or one connection's HTTP/2 streams)
+have in flight, and a Submit refused for that would not be the answer its task deserves."""
 
 SendOne = Callable[[pb.SubmitRequest], Awaitable[pb.SubmitResponse]]
 SendBatch = Callable[[pb.SubmitBatchRequest], Awaitable[pb.SubmitBatchResponse]]
@@ -146,7 +151,13 @@ class SubmitCoalescer:
             answer = await self._send_batch(batch)
         except Exception as exc:
             if _refused(exc):  # nothing was written: each finds out on its own what its answer is
-                await asyncio.gather(*(self._answer_alone(*queued) for queued in group))
+                gate = asyncio.Semaphore(RESEND_CONCURRENCY)
+
+                async def alone(queued: _Queued) -> None:
+                    async with gate:
+                        await self._answer_alone(*queued)
+
+                await asyncio.gather(*(alone(queued) for queued in group))
                 return
             for _, future in group:
                 if not future.done():

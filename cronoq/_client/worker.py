@@ -20,6 +20,7 @@ from cronoq._client.channel import (
     receive_limit,
     redirect_endpoint,
     wants_tls,
+    with_keepalive,
 )
 from cronoq._client.common import GRPC_DEFAULT_RECEIVE, PROTOCOL_VERSION, log
 from cronoq._client.encoding import encode_value, str_map
@@ -105,7 +106,7 @@ class Worker:
         self._token = token or None
         self._tls = tls
         self._credentials = credentials
-        self._options = list(options or ())
+        self._options = with_keepalive(list(options or ()))
         self._insecure_redirect_http = insecure_redirect_http
         self._running: dict[int, RunningLease] = {}
         self._serials = itertools.count()

@@ -192,7 +192,10 @@ class Api:
 
     async def _check_references(self, principal: Principal, specs: Sequence[TaskSpec]) -> None:
         """For pool-scoped callers, before admission: keys of the new tasks must not be in use
-        in pools outside the scope, and dependencies must not name tasks of such pools."""
+        in pools outside the scope, and dependencies must not name tasks of such pools. Nor may
+        they name a key no task holds yet (except one the batch defines): keys are one namespace
+        across pools, so the task that takes it later may be in a pool outside the scope, and an
+        awaiting child would learn of it."""
         if not principal.scoped:
             return
         refs: list[TaskRef] = []
@@ -211,6 +214,7 @@ class Api:
             return out
 
         found: list[str | None] = await self.current().driver.call(pools_of)
+        defined = {spec.key for spec in specs if spec.key is not None}
         position = 0
         for index, spec in enumerate(specs):
             where = "" if len(specs) == 1 else f"task {index}: "
@@ -225,6 +229,9 @@ class Api:
                 position += 1
                 if pool is not None and not principal.sees(pool):
                     raise ApiError.not_found(f"{where}unknown dependency {dep.target!r}")
+                if pool is None and isinstance(dep.target, str) and dep.target not in defined:
+                    raise ApiError.not_found(f"{where}unknown dependency {dep.target!r} (a credential scoped to "
+                                             f"pools cannot wait for a key no task holds yet)")  # fmt: skip
 
     async def _check_duplicates(self, principal: Principal, ids: Sequence[int]) -> None:
         """A duplicate key resolves to an existing task: refuse one the caller may not see."""

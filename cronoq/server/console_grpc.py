@@ -45,14 +45,14 @@ class ConsoleServicer(cpbg.ConsoleServicer):
 
     async def DescribeReplica(self, request: pb.Empty, context: Any) -> cpb.ReplicaInfo:
         """This process, leader or standby (a standby answers this one call): never forwarded."""
-        from .grpc_service import Malformed, metadata_value, peer_cert_names
+        from .grpc_service import Malformed, cert_names, metadata_value
         from .work_stream import abort_call
 
         services = self._services
         try:
             if isinstance(request, Malformed):
                 raise request.error()
-            principal = services.auth.authenticate(metadata_value(context, "authorization"), peer_cert_names(context))
+            principal = services.auth.authenticate(metadata_value(context, "authorization"), cert_names(context))
             return services.api.describe_replica(principal)
         except Exception as exc:
             return await abort_call(context, from_exception(exc))  # type: ignore[no-any-return]

@@ -105,7 +105,7 @@ def server_options(config: Config, *, standby: bool) -> list[tuple[str, Any]]:
     return options
 
 
-def peer_cert_names(context: grpc.aio.ServicerContext[Any, Any]) -> list[str]:
+def cert_names(context: grpc.aio.ServicerContext[Any, Any]) -> list[str]:
     """DNS names of the client certificate the TLS layer verified (none without mTLS)."""
     try:
         auth = context.auth_context()
@@ -231,7 +231,7 @@ class GrpcServices(pbg.TasksServicer, pbg.AdminServicer, pbg.WorkersServicer):
         ConsoleServicer(self).add_to(server)
 
     def _principal(self, context: grpc.aio.ServicerContext[Any, Any]) -> Principal:
-        principal = self.auth.authenticate(metadata_value(context, "authorization"), peer_cert_names(context))
+        principal = self.auth.authenticate(metadata_value(context, "authorization"), cert_names(context))
         if self.standby:
             raise ApiError.unavailable()
         if metadata_value(context, FORWARDED) is not None:

@@ -31,6 +31,10 @@ from cronoq.client import Client, ClientError, Lease, Worker
 
 # Short enough for a quick test, long enough that a busy machine does not miss renewals.
 LEASE = {"lease_ttl_s": 2.0, "lease_renew_s": 0.4, "lock_poll_s": 0.1}
+# Each channel gets connections of its own: gRPC otherwise shares one connection between channels
+# to the same address, and the endpoint proxy keeps a connection on the replica it was opened to
+# (a new channel could then reuse one that leads to the frozen leader).
+OWN_CONNECTIONS = [("grpc.use_local_subchannel_pool", 1)]
 TIMEOUT_S = 60.0
 
 
@@ -161,16 +165,17 @@ async def test_a_frozen_leader_is_replaced_and_fenced_when_it_wakes(
         return {"attempt": lease.attempt}
 
     async def run_worker() -> tuple[Worker, asyncio.Task[None]]:
-        worker = Worker(target, "default", handler, slots=4, token=cluster.token("worker"), name="w")
+        worker = Worker(
+            target, "default", handler, slots=4, token=cluster.token("worker"), name="w", options=OWN_CONNECTIONS
+        )
         running = asyncio.create_task(worker.run())
         await worker.wait_registered(timeout=TIMEOUT_S)
         return worker, running
 
     def connect(address: str = target) -> Client:
-        return Client(address, token=cluster.token("client"))
+        return Client(address, token=cluster.token("client"), options=OWN_CONNECTIONS)
 
-    # Tasks run under the first leader, then tasks left pending for its successor. (The client
-    # closes before the freeze: the endpoint proxy keeps connections where they were opened.)
+    # Tasks run under the first leader, then tasks left pending for its successor.
     async with connect() as client:
         worker, running = await run_worker()
         first = [(await client.submit({"n": i}, key=f"first-{i}", call_timeout=10)).id for i in range(3)]

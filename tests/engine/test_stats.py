@@ -330,3 +330,20 @@ def test_window_not_divisible_by_buckets() -> None:
     w.integrate(10, 1, 1)
     assert w.totals(10).busy_ns == 7  # slices 1..3 = [3, 12)
     assert w.span(10) == 7
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(-2 * S, 20 * S), st.integers(0, 8), st.integers(0, 8)), max_size=30))
+def test_integrate_current_is_integrate_then_current(steps: list[tuple[int, int, int]]) -> None:
+    one = MetricsWindow(60 * S, 12, start=T0)
+    two = MetricsWindow(60 * S, 12, start=T0)
+    now = T0
+    for delta, busy, capacity in steps:
+        now = max(T0, now + delta)
+        combined = one.integrate_current(now, busy, capacity)
+        two.integrate(now, busy, capacity)
+        separate = two.current(now)
+        combined.dispatched += 1  # the bucket handed back is the live one
+        separate.dispatched += 1
+    a, b = one.totals(now), two.totals(now)
+    assert (a.busy_ns, a.capacity_ns, a.dispatched) == (b.busy_ns, b.capacity_ns, b.dispatched)

@@ -33,16 +33,28 @@ WAIT_S = 200.0
 """The Wait asks for far longer than the caller waits: only the carried deadline ends it in time."""
 
 
+def _start(tmp_path: Path) -> Federation:
+    """The cluster, on ports found free just before (tried again if another process took one)."""
+    store = f'[store]\nkind = "sqlite"\npath = "{tmp_path}/{{shard}}.db"'
+    for attempt in range(3):
+        federation = Federation(tmp_path, store)
+        for node in federation.nodes.values():
+            assert node.config_template is not None
+            node.config_template = node.config_template.replace(
+                "max_wait_s = 5", "max_wait_s = 300\nmax_concurrent_requests_per_caller = 1"
+            )
+        try:
+            return federation.start()
+        except RuntimeError as exc:
+            federation.stop()
+            if "Address already in use" not in str(exc) or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Federation]:
-    store = f'[store]\nkind = "sqlite"\npath = "{tmp_path}/{{shard}}.db"'
-    federation = Federation(tmp_path, store)
-    for node in federation.nodes.values():
-        assert node.config_template is not None
-        node.config_template = node.config_template.replace(
-            "max_wait_s = 5", "max_wait_s = 300\nmax_concurrent_requests_per_caller = 1"
-        )
-    federation.start()
+    federation = _start(tmp_path)
     try:
         yield federation
     finally:

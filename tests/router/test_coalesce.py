@@ -6,7 +6,7 @@ import asyncio
 
 import grpc
 import pytest
-from cronoq.router.coalesce import Route, SubmitCoalescer
+from cronoq.router.coalesce import RESEND_CONCURRENCY, Route, SubmitCoalescer
 from cronoq.router.errors import RouteError
 from cronoq.router.router import status_of
 
@@ -24,6 +24,8 @@ class Peer:
         self.refuse_batches = refuse_batches
         self.next_id = 1
         self.batches_held: asyncio.Event | None = None  # when set: batches wait for it
+        self.in_flight = 0
+        self.most_in_flight = 0  # Submits answered at once, at most
 
     def _admit(self, spec: pb.TaskSpec) -> pb.SubmitResponse:
         if spec.kind == "bad":
@@ -34,7 +36,12 @@ class Peer:
     async def one(self, route: Route, request: pb.SubmitRequest) -> pb.SubmitResponse:
         self.calls.append(1)
         self.routes.append(route)
-        await asyncio.sleep(0.01)
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            await asyncio.sleep(0.01)
+        finally:
+            self.in_flight -= 1
         return self._admit(request.task)
 
     async def batch(self, route: Route, request: pb.SubmitBatchRequest) -> pb.SubmitBatchResponse:
@@ -89,6 +96,15 @@ async def test_a_refused_batch_is_sent_again_one_by_one() -> None:
     assert peer.calls == [1, 5, 1, 1, 1, 1, 1]
     assert isinstance(answers[3], RouteError) and answers[3].message == "kind 'bad' is refused"
     assert all(isinstance(answer, pb.SubmitResponse) for i, answer in enumerate(answers) if i != 3)
+
+
+async def test_a_large_refused_batch_is_sent_again_a_few_at_a_time() -> None:
+    peer = Peer(refuse_batches=grpc.StatusCode.INVALID_ARGUMENT)
+    specs = [pb.TaskSpec(kind="bad" if i == 7 else "") for i in range(201)]
+    answers = await submit_all(coalescer(peer, max_tasks=256), specs)
+    assert peer.calls == [1, 200] + [1] * 200
+    assert peer.most_in_flight == RESEND_CONCURRENCY
+    assert [i for i, answer in enumerate(answers) if isinstance(answer, RouteError)] == [7]
 
 
 @pytest.mark.parametrize("status", [grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED])

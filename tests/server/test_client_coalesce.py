@@ -109,3 +109,24 @@ async def test_closing_cancels_queued_callers_and_the_client_reopens(server: Ser
     answer = await client.submit(None, pool="other")  # a closed client opens a new channel
     assert answer.id > 0
     await client.close()
+
+
+async def test_a_large_refused_batch_is_resent_within_the_servers_in_flight_limit(coalescing: Client) -> None:
+    # One bad task among hundreds: the refused batch is resent one Submit per task, never so many
+    # at once that the server's per-credential in-flight limit (256 by default) refuses good ones.
+    run = uuid.uuid4().hex[:8]
+    count = 400
+    bad = COALESCE_CALLS + 7
+
+    async def submit(n: int) -> Submitted | BaseException:
+        try:
+            if n == bad:
+                return await coalescing.submit(None, pool="no-such-pool")
+            return await coalescing.submit(None, key=f"big-{run}-{n}", pool="other")
+        except ClientError as exc:
+            return exc
+
+    answers = await asyncio.gather(*(submit(n) for n in range(count)))
+    assert batches(coalescing) >= 1
+    refused = [n for n, answer in enumerate(answers) if isinstance(answer, ClientError)]
+    assert refused == [bad], [answers[n] for n in refused[:3]]

@@ -143,7 +143,7 @@ async def test_unresponsive_session_is_declared_lost(
 async def test_lock_session_settings(postgres_dsn: str, pg_schema: str, stores: list[PostgresStore]) -> None:
     a = make(stores, postgres_dsn, pg_schema, keepalive=3600, lease_ttl=7200, session_timeout=12)
     await a.acquire_leadership()
-    conn = a._lock_conn
+    conn = a._lock.conn
     if await conn.fetchval("SELECT inet_server_addr() IS NULL"):
         pytest.skip("CRONOQ_TEST_DSN uses a Unix socket, where the server ignores TCP keepalive settings")
     assert await conn.fetchval("SHOW tcp_keepalives_idle") == "6"
