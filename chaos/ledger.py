@@ -31,6 +31,7 @@ __all__ = ["KEEPALIVE", "Ledger", "Submission", "epoch_of"]
 KEEPALIVE = (
     ("grpc.keepalive_time_ms", 6000),
     ("grpc.keepalive_timeout_ms", 3000),
+    ("grpc.http2.ping_timeout_ms", 3000),  # what grpcio 1.85 waits for a ping's answer (60 s unset)
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.max_pings_without_data", 0),
 )
