@@ -447,9 +447,11 @@ def measure_faults(history: History) -> list[FaultMeasure]:
         unavailable = (seen[-1] - seen[0]) if seen else 0.0
         dip = None
         if baseline:
-            window = max(ended, fault.started_at + 2 * BUCKET_S)
-            during = [rate for _, rate in _rate_series(dones, fault.started_at, window)]
-            if during:
+            # Only while producers still submitted: after the last acknowledgement completions
+            # fall because the load ended, not because of the fault.
+            window = min(max(ended, fault.started_at + 2 * BUCKET_S), acks[-1] if acks else ended)
+            if window - fault.started_at >= BUCKET_S:
+                during = [rate for _, rate in _rate_series(dones, fault.started_at, window)]
                 dip = max(0.0, 1.0 - min(during) / baseline)
         recovery = None
         before = _backlog_at(acks, dones, fault.started_at)

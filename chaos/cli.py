@@ -22,8 +22,10 @@ __all__ = ["main"]
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cronoq chaos", description="Failover drills against real cronoq clusters.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{list,run,table}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{list,run,table,check}")
     commands.add_parser("list", help="the drills and what each does")
+    recheck = commands.add_parser("check", help="judge kept runs again from their ledgers (ledger.db files)")
+    recheck.add_argument("ledgers", nargs="+", type=Path, metavar="LEDGER.db")
     table = commands.add_parser("table", help="the summary table of recorded runs (runs.jsonl files)")
     table.add_argument("files", nargs="+", type=Path, metavar="RUNS.jsonl")
     table.add_argument("--markdown", action="store_true", help="a Markdown table")
@@ -84,6 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "table":
         return _table(args.files, markdown=args.markdown)
+    if args.command == "check":
+        return _check(args.ledgers)
     problem = _validate(args)
     names = list(drills) if args.drills == ["all"] else args.drills
     unknown = [name for name in names if name not in drills]
@@ -93,6 +97,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"cronoq chaos run: {problem}", file=sys.stderr)
         return 2
     return asyncio.run(_run(args, [drills[name] for name in names]))
+
+
+def _check(paths: Sequence[Path]) -> int:
+    """One JSON line per ledger: the counts, the violations and the measures of each fault."""
+    from .checker import check
+    from .ledger import Ledger
+    from .run import history_from_ledger
+
+    clean = True
+    for path in paths:
+        if not path.is_file():
+            print(f"cronoq chaos check: no ledger at {path}", file=sys.stderr)
+            return 1
+        ledger = Ledger(path)
+        try:
+            result = check(history_from_ledger(ledger))
+        finally:
+            ledger.close()
+        clean = clean and result.ok
+        print(json.dumps({
+            "ledger": str(path), "ok": result.ok, "tasks": result.tasks, "acknowledged": result.acknowledged,
+            "lost": result.lost, "repeated": result.repeated, "stale_writes": result.stale_writes,
+            "stale_outcomes": result.stale_outcomes, "late_leases": result.late_leases,
+            "violations": [{"rule": v.rule, "detail": v.detail} for v in result.violations],
+            "takeover_s": [m.leaderless_s for m in result.faults if m.leaderless_s is not None],
+        }))  # fmt: skip
+    return 0 if clean else 1
 
 
 def _table(files: Sequence[Path], *, markdown: bool) -> int:

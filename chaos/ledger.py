@@ -10,7 +10,9 @@ transaction, so a process killed mid-run loses nothing it has written):
   when it finished. The primary key makes a second start of the same attempt fail at once; the
   worker then records it in ``repeats``;
 * ``faults``: what the drill did and when; ``leadership``: which replica of each shard served, as
-  the drill's monitor saw it.
+  the drill's monitor saw it; ``stored_tasks``: every task the cluster listed after the drain.
+
+With all of it in one file, ``cronoq chaos check LEDGER`` judges a kept run again offline.
 
 Times are wall-clock seconds (``time.time()``): every process runs on this machine, one clock.
 """
@@ -29,6 +31,7 @@ __all__ = ["KEEPALIVE", "Ledger", "Submission", "epoch_of"]
 KEEPALIVE = (
     ("grpc.keepalive_time_ms", 6000),
     ("grpc.keepalive_timeout_ms", 3000),
+    ("grpc.http2.ping_timeout_ms", 3000),  # what grpcio 1.85 waits for a ping's answer (60 s unset)
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.max_pings_without_data", 0),
 )
@@ -71,6 +74,9 @@ _SCHEMA = (
         seq INTEGER PRIMARY KEY, name TEXT NOT NULL, target TEXT NOT NULL, shard TEXT,
         started_at REAL NOT NULL, ended_at REAL, detail TEXT NOT NULL DEFAULT '')""",
     "CREATE TABLE IF NOT EXISTS leadership (shard TEXT NOT NULL, at REAL NOT NULL, leader TEXT)",
+    """CREATE TABLE IF NOT EXISTS stored_tasks (
+        id INTEGER PRIMARY KEY, key TEXT, status TEXT NOT NULL, attempt INTEGER NOT NULL,
+        max_attempts INTEGER NOT NULL, submitted_at REAL NOT NULL, output BLOB)""",
 )
 
 
@@ -183,6 +189,10 @@ class Ledger:
         if rows:
             with self._conn:
                 self._conn.executemany("INSERT INTO leadership VALUES (?,?,?)", rows)
+
+    def add_stored(self, rows: Iterable[tuple[int, str | None, str, int, int, float, bytes | None]]) -> None:
+        with self._conn:
+            self._conn.executemany("INSERT OR REPLACE INTO stored_tasks VALUES (?,?,?,?,?,?,?)", list(rows))
 
     # ---------------------------------------------------------------------------------- readers
 

@@ -36,7 +36,7 @@ from .postgres import ThrowawayPostgres
 from .processes import ChildProcess, LeaderMonitor
 from .producer import ProducerPlan
 
-__all__ = ["RunContext", "RunOptions", "RunOutcome", "outcome_json", "run_drill"]
+__all__ = ["RunContext", "RunOptions", "RunOutcome", "history_from_ledger", "outcome_json", "run_drill"]
 
 RECURRING_NAME = "chaos-tick"
 WORK_S = 0.005
@@ -274,8 +274,25 @@ def _undrained(ledger: Ledger, stored: list[StoredTask]) -> list[str]:
     return notes
 
 
-def _history(ledger: Ledger, monitor: LeaderMonitor, stored: list[StoredTask]) -> History:
-    history = History(stored=stored, leadership=list(monitor.changes))
+def history_from_ledger(ledger: Ledger) -> History:
+    """Everything a run recorded, as the checker takes it (offline too: ``cronoq chaos check``)."""
+    history = History()
+    history.stored = [
+        StoredTask(
+            int(i),
+            None if key is None else str(key),
+            str(status),
+            int(attempt),
+            int(most),
+            float(at),
+            None if output is None else bytes(output),
+        )
+        for i, key, status, attempt, most, at, output in ledger.query("SELECT * FROM stored_tasks")
+    ]
+    history.leadership = [
+        (str(shard), float(at), None if leader is None else str(leader))
+        for shard, at, leader in ledger.query("SELECT shard, at, leader FROM leadership ORDER BY rowid")
+    ]
     for row in ledger.query("SELECT * FROM submissions"):
         producer, seq, key, pool, parent, task_id, acked, dup, tries, sent, acked_at, error = row
         history.submissions.append(
@@ -435,9 +452,11 @@ async def run_drill(
             await ctx.proxy.close()
         if ctx.postgres is not None:
             await asyncio.to_thread(ctx.postgres.destroy)
+    # Kept with the run, so the checker can judge it again offline from the ledger alone.
     if ctx.monitor is not None:
-        ctx.ledger.add_leadership(ctx.monitor.changes)  # kept with the run, for checking it again offline
-    history = _history(ctx.ledger, ctx.monitor, stored) if ctx.monitor is not None else History()
+        ctx.ledger.add_leadership(ctx.monitor.changes)
+    ctx.ledger.add_stored((t.id, t.key, t.status, t.attempt, t.max_attempts, t.submitted_at, t.output) for t in stored)
+    history = history_from_ledger(ctx.ledger)
     ctx.ledger.close()
     result = check(history)
     if keep_dir is not None:

@@ -6,9 +6,10 @@ import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
 from cronoq.chaos.checker import Execution, Fault, History
 from cronoq.chaos.cli import main
-from cronoq.chaos.ledger import Submission
+from cronoq.chaos.ledger import Ledger, Submission
 from cronoq.chaos.report import plot_svg, read_lines, summarize_lines, summary_table
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -56,3 +57,21 @@ def test_the_plot_marks_every_fault_and_escapes_text() -> None:
     assert len(shaded) == 2
     assert {r.find(f"{SVG}title").text for r in shaded} == {"leader-kill <s1-r1>", "worker-kill w1"}  # type: ignore[union-attr]
     assert len(svg.findall(f"{SVG}polyline")) == 2
+
+
+def test_a_kept_ledger_is_judged_again_offline(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "ledger.db"
+    ledger = Ledger(path)
+    task_id = (1 << 56) | (1 << 40) | 7
+    ledger.add_submissions([Submission("p1", 0, "k0", "default", None, task_id, True, False, 1, 1.0, 1.1, None)])
+    assert ledger.start_execution(task_id, 1, "w1", (1 << 56) | (1 << 40) | 99, "k0")
+    ledger.finish_execution(task_id, 1, (1 << 56) | (1 << 40) | 99, "succeeded")
+    ledger.close()
+    # The store never listed the task: lost.
+    assert main(["check", str(path)]) == 1
+    assert json.loads(capsys.readouterr().out)["lost"] == 1
+    ledger = Ledger(path)
+    ledger.add_stored([(task_id, "k0", "succeeded", 1, 3, 1.05, None)])
+    ledger.close()
+    assert main(["check", str(path)]) == 0
+    assert json.loads(capsys.readouterr().out)["violations"] == []
