@@ -197,6 +197,9 @@ class Driver:
         self._admitting = True
         self._stop_requested = False
         self._helpers: list[asyncio.Task[None]] = []
+        # The commit in flight, which ``_notice_lost`` cancels once leadership is lost under it.
+        self._commit_task: asyncio.Task[None] | None = None
+        self._lost_commit = False
         self._stepped_down: asyncio.Event | None = None
         self.stop_reason: str | None = None
         self.on_step_down: Callable[[str], None] | None = None
@@ -249,6 +252,7 @@ class Driver:
         _GcTuning.acquire(self._options.gc_young_threshold)
         log.info("leading with epoch %d", epoch)
         loop = asyncio.get_running_loop()
+        self._commit_task, self._lost_commit = None, False
         self._loop_task = loop.create_task(self._run(), name="cronoq-driver")
         if store is not None:
             self._helpers = [
@@ -264,6 +268,10 @@ class Driver:
     async def _notice_lost(self, store: Store) -> None:
         """An idle driver steps down as soon as the store reports lost leadership."""
         await store.lost.wait()
+        commit = self._commit_task
+        if commit is not None and not commit.done():
+            self._lost_commit = True
+            commit.cancel()
         self._poke()
 
     async def _prune(self, store: Store) -> None:
@@ -408,7 +416,7 @@ class Driver:
                     assert inflight.commit is not None
                     pending = not inflight.commit.done()
                     busy = len(inflight.mutations) >= PIPELINE_MIN_MUTATIONS
-                    if pending and busy and not self._queue:
+                    if pending and busy and not self._queue and not (lost is not None and lost.is_set()):
                         # Wait for whichever comes first: the commit (its completion pokes the
                         # loop), or a command to work on while it is in flight.
                         wake.clear()
@@ -468,6 +476,7 @@ class Driver:
                     inflight = None
                 if step.mutations:
                     step.commit = asyncio.get_running_loop().create_task(self._commit(step.mutations))
+                    self._commit_task = step.commit
                     step.commit.add_done_callback(self._committed)
                     inflight = step
                 else:
@@ -657,7 +666,17 @@ class Driver:
         """Wait for a step's commit, then deliver what it produced."""
         assert step.commit is not None
         try:
-            await step.commit
+            try:
+                await step.commit
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if not self._lost_commit or (current is not None and current.cancelling()):
+                    raise
+                # ``_notice_lost`` cancelled a commit that hung past the lease (Postgres unreachable
+                # with no reset): stop leading now, not when the commit gives up, so /readyz stops
+                # sending clients here. Its outcome is unknown to the callers, as after a crash; a
+                # newer epoch fences it if it ever reaches the database.
+                raise _Fatal("leadership lost while a commit was in flight") from None
         except _Fatal as fatal:
             step.fail(StoreUnavailable(str(fatal)) if fatal.unavailable else NotLeader(str(fatal)))
             raise

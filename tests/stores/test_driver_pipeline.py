@@ -138,3 +138,24 @@ async def test_a_fenced_commit_fails_the_step_computed_on_top_of_it_too() -> Non
     finally:
         store.gate.set()
         await driver.shutdown(0.0)
+
+
+async def test_a_leader_whose_lease_ran_out_under_a_hung_commit_steps_down_at_once() -> None:
+    """Found by the partition-replicas drill: a leader cut off from Postgres by a blackhole lost its
+    lease (a standby took over) while its commit hung, and kept leading, /readyz 200, until the
+    commit gave up. It must step down when the store says leadership is lost, commit or not."""
+    store = GatedStore()
+    driver = await leading_driver(store)
+    try:
+        ran: list[str] = []
+        store.gate.clear()  # the commit never finishes on its own: the network holds it
+        first = driver.call(submit(PIPELINE_MIN_MUTATIONS, ran, "first"))
+        await eventually(lambda: len(store.log) == 1, "the first commit to start")
+        store.lost.set()  # the lease keeper gave up: another instance may lead by now
+        with pytest.raises(NotLeader):
+            await asyncio.wait_for(first, WAIT_S)
+        await eventually(lambda: driver.role is Role.STOPPED, "the driver to step down")
+        assert store.log == [("enter", store.log[0][1])]  # the hung commit never completed
+    finally:
+        store.gate.set()
+        await driver.shutdown(0.0)
