@@ -87,15 +87,38 @@ def main() -> int:
         for _ in range(args.runs):
             out = subprocess.run(
                 [sys.executable, __file__, "--child", case, "--tasks", str(args.tasks)],
-                check=True, capture_output=True, text=True,
+                check=True,
+                capture_output=True,
+                text=True,
             )
             rates.append(float(out.stdout.strip().splitlines()[-1]))
-        print(json.dumps({"bench": "embedded", "case": label, "store": "none", "loop": loop_name,
-                          "tasks": args.tasks, "runs": args.runs,
-                          "tasks_per_s": round(statistics.median(rates))}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "bench": "embedded",
+                    "case": label,
+                    "store": "none",
+                    "loop": loop_name,
+                    "tasks": args.tasks,
+                    "runs": args.runs,
+                    "tasks_per_s": round(statistics.median(rates)),
+                }
+            ),
+            flush=True,
+        )
     p50, p99 = asyncio.run(_latency(2000))
-    print(json.dumps({"bench": "embedded", "case": "c_submit_to_result_latency", "store": "none",
-                      "loop": loop_name, "p50_ms": round(p50 * 1000, 3), "p99_ms": round(p99 * 1000, 3)}))
+    print(
+        json.dumps(
+            {
+                "bench": "embedded",
+                "case": "c_submit_to_result_latency",
+                "store": "none",
+                "loop": loop_name,
+                "p50_ms": round(p50 * 1000, 3),
+                "p99_ms": round(p99 * 1000, 3),
+            }
+        )
+    )
     return 0
 
 

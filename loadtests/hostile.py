@@ -56,8 +56,12 @@ CONFIG = process_config(metrics=True)
 WEB_CONFIG = process_config(extra='\n[server.grpc_web]\nallowed_origins = ["https://console.example"]\n')
 
 FLOOD_CONNECTIONS = 500
-FIRST_BYTES = {"grpc": PREFACE[:10], "http": b"GET /v1/snapshot HTTP/1.1\r\nHost: 127.0.0.1\r\n", "metrics": b"GET /m",
-               "grpc+web": b"POST /cronoq.v1.Admin/Snapshot HTTP/1.1\r\nHost: 127.0.0.1\r\n"}
+FIRST_BYTES = {
+    "grpc": PREFACE[:10],
+    "http": b"GET /v1/snapshot HTTP/1.1\r\nHost: 127.0.0.1\r\n",
+    "metrics": b"GET /m",
+    "grpc+web": b"POST /cronoq.v1.Admin/Snapshot HTTP/1.1\r\nHost: 127.0.0.1\r\n",
+}
 
 
 def emit(case: str, **figures: object) -> None:

@@ -818,7 +818,8 @@ class Router:
             return unavailable
         try:
             info: cpb.ReplicaInfo = await cpbg.ConsoleStub(channel).DescribeReplica(  # type: ignore[no-untyped-call]
-                pb.Empty(), metadata=self._metadata(caller, None), timeout=REPLICA_TIMEOUT_S)
+                pb.Empty(), metadata=self._metadata(caller, None), timeout=REPLICA_TIMEOUT_S
+            )
         except grpc.aio.AioRpcError as exc:
             if exc.code() is Status.UNAVAILABLE:
                 unavailable.error = "not reachable"

@@ -51,7 +51,6 @@ PIPELINE_MIN_COMMANDS = 64
 PIPELINE_MIN_MUTATIONS = 64
 
 
-
 class NotLeader(Exception):
     """This driver does not (or no longer) lead its shard: retry at the leader."""
 

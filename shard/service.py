@@ -347,8 +347,9 @@ class ShardService:
                     output, available = _as_blob(value), True
         return Result(info.id, info.status, output, available, info.message or "")
 
-    async def list_tasks(self, pools: Iterable[str] | None, statuses: Iterable[TaskStatus] | None, after: int,
-                         limit: int) -> tuple[list[TaskInfo], int | None]:
+    async def list_tasks(
+        self, pools: Iterable[str] | None, statuses: Iterable[TaskStatus] | None, after: int, limit: int
+    ) -> tuple[list[TaskInfo], int | None]:
         query = TaskQuery(pools=frozenset(pools) if pools else None, statuses=frozenset(statuses) if statuses else None)
         return await self.list_page(query, after, limit)
 

@@ -310,8 +310,11 @@ class ServerApp:
                 output_cache_entries=self.config.outputs.cache_entries,
                 output_cache_bytes=self.config.outputs.cache_bytes,
                 max_slots_per_worker=self.config.limits.max_slots_per_worker,
-                driver=DriverOptions(keep_finished_s=_keep_finished_s(self.config), trouble=self.api.store_trouble,
-                                     configure=self._configure if keeps_placements(self.config) else None),
+                driver=DriverOptions(
+                    keep_finished_s=_keep_finished_s(self.config),
+                    trouble=self.api.store_trouble,
+                    configure=self._configure if keeps_placements(self.config) else None,
+                ),
             )
             service = telemetry.shard_service_type()(self._core_config, store=self.store, options=options)
             service.on_scale = self._scaler.scale

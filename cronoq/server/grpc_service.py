@@ -204,7 +204,6 @@ def _message_class(descriptor: Any) -> Any:
     return message_factory.GetMessageClass(descriptor)
 
 
-
 class GrpcServices(pbg.TasksServicer, pbg.AdminServicer, pbg.WorkersServicer):
     """All three services on one object. ``standby`` servers authenticate, then refuse.
 

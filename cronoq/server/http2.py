@@ -47,8 +47,17 @@ from hyperframe.frame import GoAwayFrame
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-__all__ = ["PREFACE", "ControlBudget", "ControlFrames", "H2Request", "Http2Connection", "Http2Limits",
-           "StreamedResponse", "reset", "retire"]
+__all__ = [
+    "PREFACE",
+    "ControlBudget",
+    "ControlFrames",
+    "H2Request",
+    "Http2Connection",
+    "Http2Limits",
+    "StreamedResponse",
+    "reset",
+    "retire",
+]
 
 log = logging.getLogger("cronoq.server")
 

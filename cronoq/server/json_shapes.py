@@ -140,32 +140,34 @@ def list_json(m: pb.ListTasksResponse) -> dict[str, Any]:
 def snapshot_json(m: pb.SnapshotResponse) -> dict[str, Any]:
     pools = []
     for pool in m.pools:
-        pools.append({
-            "name": pool.name,
-            "capacity": pool.capacity,
-            "busy": pool.busy,
-            "held": pool.held,
-            "desired": pool.desired,
-            "pending": sum(pool.pending_by_class),
-            "pending_by_class": list(pool.pending_by_class),
-            "reservations": pool.reservations,
-            "dispatched": pool.dispatched,
-            "succeeded": pool.succeeded,
-            "failed": pool.failed,
-            "priority_adherence": pool.priority_adherence,
-            "fixed_start_hit_rate": pool.fixed_start_hit_rate,
-            "utilization": pool.utilization,
-            "schedule_efficiency": pool.schedule_efficiency,
-            "wait_p50_s": pool.wait_p50_s,
-            "wait_p90_s": pool.wait_p90_s,
-            "wait_p99_s": pool.wait_p99_s,
-            "cost": pool.cost,
-            "workers_connected": pool.workers_connected,
-            "groups": [
-                {"labels": dict(group.labels), "capacity": group.capacity, "busy": group.busy}
-                for group in pool.groups
-            ],
-        })
+        pools.append(
+            {
+                "name": pool.name,
+                "capacity": pool.capacity,
+                "busy": pool.busy,
+                "held": pool.held,
+                "desired": pool.desired,
+                "pending": sum(pool.pending_by_class),
+                "pending_by_class": list(pool.pending_by_class),
+                "reservations": pool.reservations,
+                "dispatched": pool.dispatched,
+                "succeeded": pool.succeeded,
+                "failed": pool.failed,
+                "priority_adherence": pool.priority_adherence,
+                "fixed_start_hit_rate": pool.fixed_start_hit_rate,
+                "utilization": pool.utilization,
+                "schedule_efficiency": pool.schedule_efficiency,
+                "wait_p50_s": pool.wait_p50_s,
+                "wait_p90_s": pool.wait_p90_s,
+                "wait_p99_s": pool.wait_p99_s,
+                "cost": pool.cost,
+                "workers_connected": pool.workers_connected,
+                "groups": [
+                    {"labels": dict(group.labels), "capacity": group.capacity, "busy": group.busy}
+                    for group in pool.groups
+                ],
+            }
+        )
     totals = {field.name: getattr(m.totals, field.name) for field in m.totals.DESCRIPTOR.fields}
     out: dict[str, Any] = {
         "live_tasks": m.live_tasks,

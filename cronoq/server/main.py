@@ -47,17 +47,30 @@ def _parser() -> argparse.ArgumentParser:
         prog="cronoq-server",
         description="Elastic, priority-aware task scheduler server (gRPC API, remote workers).",
     )
-    parser.add_argument("-c", "--config", metavar="PATH", default=os.environ.get("CRONOQ_CONFIG") or None,
-                        help="TOML configuration file (default: $CRONOQ_CONFIG; none: built-in defaults)")
+    parser.add_argument(
+        "-c",
+        "--config",
+        metavar="PATH",
+        default=os.environ.get("CRONOQ_CONFIG") or None,
+        help="TOML configuration file (default: $CRONOQ_CONFIG; none: built-in defaults)",
+    )
     parser.add_argument("--check", action="store_true", help="validate the configuration and exit")
     parser.add_argument("--print-proto", action="store_true", help="print the cronoq.v1 .proto API and exit")
-    parser.add_argument("--shard", metavar="NAME", default=os.environ.get("CRONOQ_SHARD") or None,
-                        help="this server's entry in [[shards]] (default: $CRONOQ_SHARD or server.shard)")
+    parser.add_argument(
+        "--shard",
+        metavar="NAME",
+        default=os.environ.get("CRONOQ_SHARD") or None,
+        help="this server's entry in [[shards]] (default: $CRONOQ_SHARD or server.shard)",
+    )
     for key, what in _ADDRESS_FLAGS.items():
-        parser.add_argument(_flag(key), metavar="IP:PORT", dest=key,
-                            help=f"{what} (overrides server.{key} of the configuration)")
-    parser.add_argument("--insecure-no-auth", action="store_true",
-                        help="allow non-loopback listeners without any credentials configured")
+        parser.add_argument(
+            _flag(key), metavar="IP:PORT", dest=key, help=f"{what} (overrides server.{key} of the configuration)"
+        )
+    parser.add_argument(
+        "--insecure-no-auth",
+        action="store_true",
+        help="allow non-loopback listeners without any credentials configured",
+    )
     return parser
 
 
@@ -89,7 +102,7 @@ def _name_flags(problems: list[str], overrides: dict[str, str]) -> list[str]:
         for key, value in overrides.items():
             prefix = f"server.{key}:"
             if problem.startswith(prefix) and value in problem:
-                problem = f"{_flag(key)} (server.{key}):{problem[len(prefix):]}"
+                problem = f"{_flag(key)} (server.{key}):{problem[len(prefix) :]}"
                 break
         named.append(problem)
     return named

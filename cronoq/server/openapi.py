@@ -140,12 +140,17 @@ def _schemas(limits: LimitsConfig, resources: Mapping[str, int]) -> dict[str, Sc
             "description": "Overrides the payload's content type (application/json for payload, "
             "application/octet-stream for payload_b64).",
         },
-        "pool": {**name, "description": "Pool to run in (default: the pool named default, else the first "
-                                        "configured one)."},
+        "pool": {
+            **name,
+            "description": "Pool to run in (default: the pool named default, else the first configured one).",
+        },
         "kind": {**text, "maxLength": limits.max_kind_len, "description": "Category for duration learning."},
         "priority": {"type": "string", "enum": PRIORITIES, "default": "normal"},
-        "key": {**name, "description": "Idempotency key and dependency name; resubmitting returns the same id. "
-                               "Keys ending in '@<UTC RFC 3339 time>' are reserved for recurring runs."},
+        "key": {
+            **name,
+            "description": "Idempotency key and dependency name; resubmitting returns the same id. "
+            "Keys ending in '@<UTC RFC 3339 time>' are reserved for recurring runs.",
+        },
         "deadline_in_s": {**SECONDS, "description": "Soft deadline, relative (not with deadline_unix_ns)."},
         "deadline_unix_ns": {**unix_ns_in, "description": "Soft deadline, absolute (not with deadline_in_s)."},
         "start_in_s": {**SECONDS, "description": "Fixed start, relative (not with start_unix_ns)."},

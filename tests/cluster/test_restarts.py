@@ -84,7 +84,6 @@ async def test_a_killed_replica_comes_back_as_a_standby_and_can_lead(tmp_path: P
     assert not any("exited unexpectedly" in line and "SIGTERM" in line for line in lines)
 
 
-
 def test_with_no_restart_a_killed_replica_stays_dead(tmp_path: Path, launched: list[UpProcess]) -> None:
     state_dir = tmp_path / "state"
     up = UpProcess(state_dir, "--shards", "1", "--replicas", "2", "--no-restart")

@@ -19,7 +19,6 @@ from ..waiting import eventually as eventually  # the embedded tests' helpers, i
 T = TypeVar("T")
 
 
-
 async def within(awaitable: Awaitable[T], limit: float = LIMIT) -> T:
     """Await with a generous bound, so that a bug hangs one test and not the suite."""
     return await asyncio.wait_for(asyncio.ensure_future(awaitable), limit)

@@ -11,15 +11,53 @@ import cronoq
 import cronoq.errors
 
 EXPORTS = {
-    "AutoscaleConfig", "Codec", "CronoqError", "Dep", "EventStream", "EventsLagged", "JsonCodec", "Permanent",
-    "Pool", "PoolSnapshot", "Priority", "Resource", "Retryable", "RetryPolicy", "Scheduler", "SchedulerError",
-    "Snapshot", "SqliteStore", "StatusEvent", "SubmitError", "Task", "TaskContext", "TaskFailed", "TaskHandle",
+    "AutoscaleConfig",
+    "Codec",
+    "CronoqError",
+    "Dep",
+    "EventStream",
+    "EventsLagged",
+    "JsonCodec",
+    "Permanent",
+    "Pool",
+    "PoolSnapshot",
+    "Priority",
+    "Resource",
+    "Retryable",
+    "RetryPolicy",
+    "Scheduler",
+    "SchedulerError",
+    "Snapshot",
+    "SqliteStore",
+    "StatusEvent",
+    "SubmitError",
+    "Task",
+    "TaskContext",
+    "TaskFailed",
+    "TaskHandle",
     "__version__",
 }
 
 TASK_OPTIONS = [
-    "priority", "pool", "kind", "key", "deadline_in", "deadline_at", "start_in", "start_at", "tolerance", "on_miss",
-    "duration_hint", "timeout", "retry", "after", "deps", "resources", "tags", "labels", "tenant",
+    "priority",
+    "pool",
+    "kind",
+    "key",
+    "deadline_in",
+    "deadline_at",
+    "start_in",
+    "start_at",
+    "tolerance",
+    "on_miss",
+    "duration_hint",
+    "timeout",
+    "retry",
+    "after",
+    "deps",
+    "resources",
+    "tags",
+    "labels",
+    "tenant",
 ]
 
 
@@ -30,14 +68,24 @@ def test_exports() -> None:
     assert isinstance(cronoq.__version__, str)
     with pytest.raises(AttributeError):
         cronoq.does_not_exist  # noqa: B018
-    for name in ("CronoqError", "SubmitError", "SchedulerError", "TaskFailed", "EventsLagged", "Retryable",
-                 "Permanent"):
+    for name in (
+        "CronoqError",
+        "SubmitError",
+        "SchedulerError",
+        "TaskFailed",
+        "EventsLagged",
+        "Retryable",
+        "Permanent",
+    ):
         assert getattr(cronoq, name) is getattr(cronoq.errors, name)
 
 
 def _keyword_only(fn: object) -> list[str]:
-    return [p.name for p in inspect.signature(fn).parameters.values()  # type: ignore[arg-type]
-            if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    return [
+        p.name
+        for p in inspect.signature(fn).parameters.values()  # type: ignore[arg-type]
+        if p.kind is inspect.Parameter.KEYWORD_ONLY
+    ]
 
 
 def test_task_option_signatures() -> None:
@@ -47,17 +95,43 @@ def test_task_option_signatures() -> None:
     for fn in (cronoq.Scheduler.submit, cronoq.Scheduler.enqueue, cronoq.Task):
         assert all(inspect.signature(fn).parameters[name].default is None for name in TASK_OPTIONS)
     recurring = _keyword_only(cronoq.Scheduler.add_recurring)
-    assert recurring == ["tz", "overlap", "tolerance", "on_miss", "priority", "pool", "kind", "key", "deadline_in",
-                         "duration_hint", "timeout", "retry", "resources", "tags", "labels", "tenant"]
+    assert recurring == [
+        "tz",
+        "overlap",
+        "tolerance",
+        "on_miss",
+        "priority",
+        "pool",
+        "kind",
+        "key",
+        "deadline_in",
+        "duration_hint",
+        "timeout",
+        "retry",
+        "resources",
+        "tags",
+        "labels",
+        "tenant",
+    ]
     params = inspect.signature(cronoq.Scheduler.add_recurring).parameters
     assert (params["overlap"].default, params["tolerance"].default, params["on_miss"].default) == (
-        "skip", 1.0, "run_late")
+        "skip",
+        1.0,
+        "run_late",
+    )
 
 
 def test_scheduler_signature() -> None:
     params = inspect.signature(cronoq.Scheduler).parameters
-    assert list(params) == ["pools", "resources", "emit_transitions", "shutdown_grace", "event_capacity", "store",
-                            "codec"]
+    assert list(params) == [
+        "pools",
+        "resources",
+        "emit_transitions",
+        "shutdown_grace",
+        "event_capacity",
+        "store",
+        "codec",
+    ]
     assert params["resources"].default is None
     assert params["emit_transitions"].default is False
     assert params["shutdown_grace"].default == 5.0
@@ -69,9 +143,20 @@ def test_scheduler_signature() -> None:
 def test_pool_signature_and_defaults() -> None:
     params = inspect.signature(cronoq.Pool).parameters
     expected = {
-        "min": 1, "max": 10, "initial": None, "autoscale": None, "lease_ttl": None, "max_pending": None,
-        "overflow": "wait", "retry": None, "unknown_dependency": "reject", "await_timeout": None,
-        "default_duration": 1.0, "reservable_fraction": 0.5, "tenant_weights": None, "fair_share": False,
+        "min": 1,
+        "max": 10,
+        "initial": None,
+        "autoscale": None,
+        "lease_ttl": None,
+        "max_pending": None,
+        "overflow": "wait",
+        "retry": None,
+        "unknown_dependency": "reject",
+        "await_timeout": None,
+        "default_duration": 1.0,
+        "reservable_fraction": 0.5,
+        "tenant_weights": None,
+        "fair_share": False,
     }
     assert list(params) == ["name", "executor", *expected]
     for name, default in expected.items():
@@ -84,26 +169,51 @@ def test_pool_signature_and_defaults() -> None:
 def test_retry_policy() -> None:
     policy = cronoq.RetryPolicy()
     assert (policy.max_attempts, policy.initial_backoff, policy.multiplier, policy.max_backoff, policy.jitter) == (
-        3, 1.0, 2.0, 60.0, True)
+        3,
+        1.0,
+        2.0,
+        60.0,
+        True,
+    )
     assert cronoq.RetryPolicy.none().max_attempts == 1
     assert cronoq.RetryPolicy(5, 0.5) == cronoq.RetryPolicy(max_attempts=5, initial_backoff=0.5)
 
 
 def test_autoscale_config_defaults() -> None:
-    names = ["interval", "target_utilization", "drain_time", "slo", "reservation_horizon", "stabilization_window",
-             "cooldown", "max_step_up_abs", "max_step_down", "cost_per_worker_second"]
+    names = [
+        "interval",
+        "target_utilization",
+        "drain_time",
+        "slo",
+        "reservation_horizon",
+        "stabilization_window",
+        "cooldown",
+        "max_step_up_abs",
+        "max_step_down",
+        "cost_per_worker_second",
+    ]
     assert list(inspect.signature(cronoq.AutoscaleConfig).parameters) == names
     config = cronoq.AutoscaleConfig()
-    assert (config.interval, config.target_utilization, config.drain_time, config.slo, config.reservation_horizon,
-            config.stabilization_window, config.cooldown, config.max_step_up_abs, config.max_step_down,
-            config.cost_per_worker_second) == (1.0, 0.75, 30.0, {}, 60.0, 60.0, 30.0, 4, 1, 0.0)
+    assert (
+        config.interval,
+        config.target_utilization,
+        config.drain_time,
+        config.slo,
+        config.reservation_horizon,
+        config.stabilization_window,
+        config.cooldown,
+        config.max_step_up_abs,
+        config.max_step_down,
+        config.cost_per_worker_second,
+    ) == (1.0, 0.75, 30.0, {}, 60.0, 60.0, 30.0, 4, 1, 0.0)
     assert cronoq.AutoscaleConfig(slo={cronoq.Priority.HIGH: 2, 0: 0.5}).slo == {"high": 2.0, "critical": 0.5}
 
 
 def test_priority() -> None:
     # The published enum's member names; strings naming a priority stay case-insensitive.
-    assert [p.name for p in (cronoq.Priority.CRITICAL, cronoq.Priority.HIGH, cronoq.Priority.NORMAL,
-                             cronoq.Priority.LOW)] == ["CRITICAL", "HIGH", "NORMAL", "LOW"]
+    assert [
+        p.name for p in (cronoq.Priority.CRITICAL, cronoq.Priority.HIGH, cronoq.Priority.NORMAL, cronoq.Priority.LOW)
+    ] == ["CRITICAL", "HIGH", "NORMAL", "LOW"]
     assert [p.value for p in cronoq.Priority] == [int(p) for p in cronoq.Priority] == [0, 1, 2, 3]
     for spelling in ("high", "HIGH", "High", 1, cronoq.Priority.HIGH):
         cronoq.Task(None, priority=spelling)  # accepted
@@ -129,12 +239,25 @@ def test_task_and_dep_and_resource() -> None:
 
 
 def test_exception_hierarchy() -> None:
-    for cls in (cronoq.SubmitError, cronoq.SchedulerError, cronoq.TaskFailed, cronoq.EventsLagged, cronoq.Retryable,
-                cronoq.Permanent):
+    for cls in (
+        cronoq.SubmitError,
+        cronoq.SchedulerError,
+        cronoq.TaskFailed,
+        cronoq.EventsLagged,
+        cronoq.Retryable,
+        cronoq.Permanent,
+    ):
         assert issubclass(cls, cronoq.CronoqError)
     assert issubclass(cronoq.CronoqError, Exception)
-    assert set(cronoq.errors.__all__) == {"CronoqError", "SubmitError", "SchedulerError", "TaskFailed",
-                                          "EventsLagged", "Retryable", "Permanent"}
+    assert set(cronoq.errors.__all__) == {
+        "CronoqError",
+        "SubmitError",
+        "SchedulerError",
+        "TaskFailed",
+        "EventsLagged",
+        "Retryable",
+        "Permanent",
+    }
 
 
 def test_exception_fields_and_messages() -> None:

@@ -137,12 +137,14 @@ async def test_batches_and_dependencies_section() -> None:
         return step.upper()
 
     async with cronoq.Scheduler([cronoq.Pool("default", run, max=4)]) as sched:
-        handles = await sched.submit_batch([
-            cronoq.Task("extract", key="extract"),
-            cronoq.Task("transform", key="transform", after="extract"),
-            cronoq.Task("load", key="load", after="transform"),
-            cronoq.Task("alert", deps=[cronoq.Dep("load", on="failure")]),
-        ])
+        handles = await sched.submit_batch(
+            [
+                cronoq.Task("extract", key="extract"),
+                cronoq.Task("transform", key="transform", after="extract"),
+                cronoq.Task("load", key="load", after="transform"),
+                cronoq.Task("alert", deps=[cronoq.Dep("load", on="failure")]),
+            ]
+        )
         assert [await within(h) for h in handles[:3]] == ["EXTRACT", "TRANSFORM", "LOAD"]
         with pytest.raises(cronoq.TaskFailed) as info:
             await within(handles[3])
@@ -161,17 +163,25 @@ async def test_llm_setup_from_the_book() -> None:
         await asyncio.sleep(0.001)
         return f"answer to {prompt}"
 
-    limits = [cronoq.Resource.token_bucket("openai", rate=50.0, burst=100),
-              cronoq.Resource.semaphore("openai-concurrency", 20)]
+    limits = [
+        cronoq.Resource.token_bucket("openai", rate=50.0, burst=100),
+        cronoq.Resource.semaphore("openai-concurrency", 20),
+    ]
     autoscale = cronoq.AutoscaleConfig(slo={"high": 2.0})
     assert autoscale.slo == {"high": 2.0}
     pool = cronoq.Pool("llm", call_model, min=2, max=64, autoscale=autoscale)
     async with cronoq.Scheduler([pool], resources=limits) as sched:
-        chat = await sched.submit("hi", pool="llm", priority="high", deadline_in=2.0,
-                                  resources={"openai": 1, "openai-concurrency": 1})
-        eval_id = await sched.enqueue("eval item", pool="llm", kind="eval", priority="low",
-                                      retry=cronoq.RetryPolicy(max_attempts=8),
-                                      resources={"openai": 1, "openai-concurrency": 1})
+        chat = await sched.submit(
+            "hi", pool="llm", priority="high", deadline_in=2.0, resources={"openai": 1, "openai-concurrency": 1}
+        )
+        eval_id = await sched.enqueue(
+            "eval item",
+            pool="llm",
+            kind="eval",
+            priority="low",
+            retry=cronoq.RetryPolicy(max_attempts=8),
+            resources={"openai": 1, "openai-concurrency": 1},
+        )
         assert await within(chat) == "answer to hi"
         assert await within((await sched.handle(eval_id)).result()) == "answer to eval item"  # type: ignore[union-attr]
 
@@ -342,8 +352,13 @@ async def test_dag_pipeline_all_succeed() -> None:
     assert ran[0] == "extract"
     assert sorted(ran[1:5]) == ["t0", "t1", "t2", "t3"]
     assert ran[5:] == ["load", "cleanup"]  # fan-in waits for every transform; alert never runs
-    assert outcomes == [("ok", "extract"), *[("ok", f"t{i}") for i in range(4)], ("ok", "load"),
-                        ("skipped", True), ("ok", "cleanup")]
+    assert outcomes == [
+        ("ok", "extract"),
+        *[("ok", f"t{i}") for i in range(4)],
+        ("ok", "load"),
+        ("skipped", True),
+        ("ok", "cleanup"),
+    ]
 
 
 async def test_dag_pipeline_load_fails_runs_alert_and_cleanup() -> None:
@@ -371,12 +386,14 @@ async def test_dag_batch_with_a_cycle_is_rejected_as_a_whole() -> None:
 
     async with cronoq.Scheduler([cronoq.Pool("default", run)]) as sched:
         with pytest.raises(cronoq.SubmitError) as info:
-            await sched.submit_batch([
-                cronoq.Task("a", key="a"),
-                cronoq.Task("b", key="b", after="a"),
-                cronoq.Task("c", key="c", after=["b", "d"]),
-                cronoq.Task("d", key="d", after="c"),
-            ])
+            await sched.submit_batch(
+                [
+                    cronoq.Task("a", key="a"),
+                    cronoq.Task("b", key="b", after="a"),
+                    cronoq.Task("c", key="c", after=["b", "d"]),
+                    cronoq.Task("d", key="d", after="c"),
+                ]
+            )
         assert info.value.code == "cycle"
         for key in "abcd":
             assert await sched.status(key) is None

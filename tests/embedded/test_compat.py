@@ -120,8 +120,12 @@ def test_migration_example(make_scheduler: Callable[..., ElasticPrioritySchedule
 def test_priorities_with_one_worker(make_scheduler: Callable[..., ElasticPriorityScheduler]) -> None:
     sched = make_scheduler(initial_workers=1, max_workers=1)
     # Queued before start, they reach the engine together: the single worker takes them by class.
-    for name, priority in (("low", Priority.LOW), ("normal", Priority.NORMAL), ("high", Priority.HIGH),
-                           ("critical", Priority.CRITICAL)):
+    for name, priority in (
+        ("low", Priority.LOW),
+        ("normal", Priority.NORMAL),
+        ("high", Priority.HIGH),
+        ("critical", Priority.CRITICAL),
+    ):
         assert sched.submit(Task(id=name, duration=0.02, priority=priority))
     assert sched.completed_count == 0
     assert [t.id for t in sched.pending_tasks] == ["low", "normal", "high", "critical"]

@@ -37,8 +37,12 @@ class Child:
     @classmethod
     async def start(cls, mode: str, path: Path) -> Child:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, str(CHILD), mode, str(path),
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            sys.executable,
+            str(CHILD),
+            mode,
+            str(path),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
         )
         return cls(proc)
 
@@ -123,8 +127,9 @@ async def echo(ctx: cronoq.TaskContext, payload: Any) -> Any:
 
 async def test_submissions_return_once_stored(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
-    async with cronoq.Scheduler([cronoq.Pool("default", echo, max=1, autoscale=False)],
-                                store=fast_store(path)) as sched:
+    async with cronoq.Scheduler(
+        [cronoq.Pool("default", echo, max=1, autoscale=False)], store=fast_store(path)
+    ) as sched:
         await sched.set_capacity("default", 0)  # nothing runs: the rows show what was stored
         task_id = await sched.enqueue({"doc": 42}, key="summary:42")
         assert rows(path, "SELECT id, status FROM cronoq_tasks WHERE id = ?", task_id) == [(task_id, "ready")]

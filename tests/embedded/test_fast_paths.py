@@ -36,8 +36,9 @@ def test_a_bare_task_gets_the_spec_full_validation_would_build(payload: Any) -> 
 def test_options_that_are_set_still_go_through_validation() -> None:
     task = cronoq.Task(1, priority="high", key="k", tags={"n": 3}, timeout=2.0, deadline_in=5.0)
     spec = task.to_spec(NOW, trace=False)
-    assert spec == build_spec(1, NOW, priority="high", key="k", tags={"n": 3}, timeout=2.0, deadline_in=5.0,
-                              trace=False)
+    assert spec == build_spec(
+        1, NOW, priority="high", key="k", tags={"n": 3}, timeout=2.0, deadline_in=5.0, trace=False
+    )
     assert (spec.priority, spec.key, dict(spec.tags)) == (cronoq.Priority.HIGH, "k", {"n": "3"})
     assert (spec.timeout, spec.deadline) == (2 * 10**9, NOW + 5 * 10**9)
     # Empty but present options take the general path and give the same spec as absent ones.
@@ -68,8 +69,9 @@ async def test_bare_and_optioned_tasks_run_alike_in_a_batch() -> None:
         again = await sched.submit_batch([cronoq.Task("other", key="k")])
         assert again[0].duplicate and again[0].id == handles[1].id
         assert await within(again[0]) == "keyed"  # a finished duplicate resolves from the cache
-    assert sorted(seen, key=repr) == sorted([("bare", "default", None, {}), ("keyed", "default", "k", {"t": "1"})],
-                                            key=repr)
+    assert sorted(seen, key=repr) == sorted(
+        [("bare", "default", None, {}), ("keyed", "default", "k", {"t": "1"})], key=repr
+    )
 
 
 async def test_the_context_reads_its_lease_and_copies_tags_and_group_once() -> None:
@@ -79,21 +81,44 @@ async def test_the_context_reads_its_lease_and_copies_tags_and_group_once() -> N
     async def run(ctx: cronoq.TaskContext, payload: Any) -> None:
         contexts.append(ctx)
         assert ctx.tags is ctx.tags and ctx.group is ctx.group  # one dict, not a copy per access
-        snapshots.append((ctx.id, ctx.attempt, ctx.kind, ctx.key, ctx.pool, dict(ctx.tags), dict(ctx.group),
-                          ctx.timeout, ctx.deadline, ctx.is_cancelled()))
+        snapshots.append(
+            (
+                ctx.id,
+                ctx.attempt,
+                ctx.kind,
+                ctx.key,
+                ctx.pool,
+                dict(ctx.tags),
+                dict(ctx.group),
+                ctx.timeout,
+                ctx.deadline,
+                ctx.is_cancelled(),
+            )
+        )
         ctx.tags["scribbled"] = "by attempt"  # must not reach the engine or the next attempt
         if ctx.attempt == 1:
             raise cronoq.Retryable("again", retry_after=0.0)
 
     retry = cronoq.RetryPolicy(max_attempts=2, initial_backoff=0.0, jitter=False)
     async with cronoq.Scheduler([cronoq.Pool("default", run, retry=retry)]) as sched:
-        handle = await sched.submit("p", kind="report", key="r1", tags={"team": "a"}, timeout=30.0,
-                                    deadline_at=2_000_000_000.0)
+        handle = await sched.submit(
+            "p", kind="report", key="r1", tags={"team": "a"}, timeout=30.0, deadline_at=2_000_000_000.0
+        )
         assert await within(handle) is None
     assert len(snapshots) == 2
     for attempt, snapshot in enumerate(snapshots, start=1):
-        assert snapshot == (handle.id, attempt, "report", "r1", "default", {"team": "a"}, {}, 30.0,
-                            2_000_000_000.0, False)
+        assert snapshot == (
+            handle.id,
+            attempt,
+            "report",
+            "r1",
+            "default",
+            {"team": "a"},
+            {},
+            30.0,
+            2_000_000_000.0,
+            False,
+        )
     assert contexts[0].tags == {"team": "a", "scribbled": "by attempt"}
     assert repr(contexts[1]) == f"TaskContext(id={handle.id}, attempt=2, pool='default', kind='report')"
 

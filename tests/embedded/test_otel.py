@@ -119,8 +119,9 @@ asyncio.run(main())
 
 
 def run_script(source: str) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(source)], capture_output=True, text=True,
-                          timeout=60, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(source)], capture_output=True, text=True, timeout=60, check=False
+    )
     assert done.returncode == 0, done.stderr
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
@@ -152,8 +153,12 @@ def test_attempt_spans_and_task_counter_with_sdk_providers() -> None:
             assert span["attributes"]["task.attempt"] == attempt["attempt"]
             assert span["attributes"]["task.pool"] == "default"
     ok_span = by_span_id[seen["ok"][0]["span_id"]]
-    assert ok_span["attributes"] == {"task.id": out["ids"]["ok"], "task.pool": "default", "task.kind": "summarize",
-                                     "task.attempt": 1}
+    assert ok_span["attributes"] == {
+        "task.id": out["ids"]["ok"],
+        "task.pool": "default",
+        "task.kind": "summarize",
+        "task.attempt": 1,
+    }
     mine = by_span_id[seen["mine"][0]["span_id"]]
     assert (mine["trace_id"], mine["parent"]) == ("ab" * 16, "cd" * 8)
     outside = by_span_id[seen["outside"][0]["span_id"]]

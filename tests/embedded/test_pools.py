@@ -274,8 +274,9 @@ async def test_recurring_every_second_then_removed() -> None:
         witnessed.append(time.time())
 
     async with cronoq.Scheduler([cronoq.Pool("default", run), cronoq.Pool("witness", witness)]) as sched:
-        await sched.add_recurring("ticker", "* * * * * *", {"job": "tick"}, key="tick", kind="tick",
-                                  tags={"x": "1"}, tolerance=0.5)
+        await sched.add_recurring(
+            "ticker", "* * * * * *", {"job": "tick"}, key="tick", kind="tick", tags={"x": "1"}, tolerance=0.5
+        )
         await eventually(lambda: runs, limit=5.0)
         assert await sched.remove_recurring("ticker") is True
         assert await sched.remove_recurring("ticker") is False
@@ -335,8 +336,15 @@ async def test_recurring_validation_errors() -> None:
 
 async def test_snapshot_fields(gate: Gate) -> None:
     tracker = Tracker(gate)
-    pools = [cronoq.Pool("default", tracker, max=2, autoscale=False),
-             cronoq.Pool("other", echo, max=1, autoscale=False, )]
+    pools = [
+        cronoq.Pool("default", tracker, max=2, autoscale=False),
+        cronoq.Pool(
+            "other",
+            echo,
+            max=1,
+            autoscale=False,
+        ),
+    ]
     async with cronoq.Scheduler(pools) as sched:
         await sched.submit("a")
         await sched.submit("b")
@@ -354,9 +362,21 @@ async def test_snapshot_fields(gate: Gate) -> None:
         assert snap.pool("missing") is None
         for name in ("held", "ready", "reservations", "dispatched", "succeeded", "failed", "retried"):
             assert isinstance(getattr(pool, name), int)
-        for name in ("window", "priority_adherence", "fixed_start_hit_rate", "utilization", "schedule_efficiency",
-                     "wait_mean", "wait_p50", "wait_p90", "wait_p99", "run_p50", "run_p99", "worker_seconds",
-                     "cost"):
+        for name in (
+            "window",
+            "priority_adherence",
+            "fixed_start_hit_rate",
+            "utilization",
+            "schedule_efficiency",
+            "wait_mean",
+            "wait_p50",
+            "wait_p90",
+            "wait_p99",
+            "run_p50",
+            "run_p99",
+            "worker_seconds",
+            "cost",
+        ):
             assert isinstance(getattr(pool, name), float)
         gate.open()
         await eventually(lambda: len(tracker.order) == 3)
@@ -364,9 +384,21 @@ async def test_snapshot_fields(gate: Gate) -> None:
         snap = await sched.snapshot()
         assert (snap.live_tasks, snap.running, snap.pending) == (0, 0, 0)
         assert snap.pool("default").succeeded == 3  # type: ignore[union-attr]
-        assert set(snap.totals) >= {"submitted", "dispatched", "succeeded", "failed", "dead_lettered", "cancelled",
-                                    "skipped", "missed", "shed", "retries", "timeouts", "lease_expiries",
-                                    "stale_completions"}
+        assert set(snap.totals) >= {
+            "submitted",
+            "dispatched",
+            "succeeded",
+            "failed",
+            "dead_lettered",
+            "cancelled",
+            "skipped",
+            "missed",
+            "shed",
+            "retries",
+            "timeouts",
+            "lease_expiries",
+            "stale_completions",
+        }
 
 
 async def _succeeded(sched: cronoq.Scheduler, count: int) -> bool:

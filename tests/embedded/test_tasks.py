@@ -321,7 +321,7 @@ async def test_sync_executors_run_in_the_default_thread_pool() -> None:
     asyncio.get_running_loop().set_default_executor(pool)
     async with cronoq.Scheduler([cronoq.Pool("default", blocking)]) as sched:
         assert await within(await sched.submit(1)) == 2
-    (ident, name), = threads
+    ((ident, name),) = threads
     assert ident != loop_thread
     assert name.startswith("app-default")  # the loop's default executor, whatever it is
 

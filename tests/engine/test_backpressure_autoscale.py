@@ -40,9 +40,14 @@ def bounded(
     workers: int = 0,
     **config: object,
 ) -> Sim:
-    pool = PoolConfig("default", max_workers=10, initial_workers=workers,
-                      bounds=Bounds(max_pending, per_class), overflow=overflow,
-                      retry=RetryPolicy(jitter=False))
+    pool = PoolConfig(
+        "default",
+        max_workers=10,
+        initial_workers=workers,
+        bounds=Bounds(max_pending, per_class),
+        overflow=overflow,
+        retry=RetryPolicy(jitter=False),
+    )
     return Sim.make(pool, **config)
 
 
@@ -194,8 +199,13 @@ def test_reject_policy_answers_overloaded() -> None:
 # Shedding
 
 
-def shed_sim(max_pending: int = 3, per_class: tuple[int | None, ...] = (None, None, None, None),
-             policy: OverflowPolicy = OverflowPolicy.SHED_LOWEST, workers: int = 0, **config: object) -> Sim:
+def shed_sim(
+    max_pending: int = 3,
+    per_class: tuple[int | None, ...] = (None, None, None, None),
+    policy: OverflowPolicy = OverflowPolicy.SHED_LOWEST,
+    workers: int = 0,
+    **config: object,
+) -> Sim:
     return bounded(max_pending, per_class, policy, workers, **config)  # type: ignore[arg-type]
 
 
@@ -300,8 +310,9 @@ def test_inadmissible_submission_sheds_nothing(policy: OverflowPolicy) -> None:
 
 def test_reservation_conflict_sheds_nothing() -> None:
     # max_workers 2 with the default reservable fraction allows a single reservation at a time.
-    pool = PoolConfig("default", max_workers=2, initial_workers=0, bounds=Bounds(max_pending=2),
-                      overflow=OverflowPolicy.SHED_LOWEST)
+    pool = PoolConfig(
+        "default", max_workers=2, initial_workers=0, bounds=Bounds(max_pending=2), overflow=OverflowPolicy.SHED_LOWEST
+    )
     sim = Sim.make(pool)
     start = sim.now + ns(300)
     sim.submit("fixed", fixed_start=FixedStart(start))
@@ -329,8 +340,14 @@ def test_shedding_never_evicts_the_incoming_tasks_own_parent() -> None:
 
 
 def test_awaited_unknown_key_is_admissible_and_may_shed() -> None:
-    pool = PoolConfig("default", max_workers=2, initial_workers=0, bounds=Bounds(max_pending=1),
-                      overflow=OverflowPolicy.SHED_LOWEST, unknown_dependency=UnknownDependencyPolicy.AWAIT)
+    pool = PoolConfig(
+        "default",
+        max_workers=2,
+        initial_workers=0,
+        bounds=Bounds(max_pending=1),
+        overflow=OverflowPolicy.SHED_LOWEST,
+        unknown_dependency=UnknownDependencyPolicy.AWAIT,
+    )
     sim = Sim.make(pool)
     low = sim.submit("low", priority=LOW)
     child = sim.submit("child", priority=HIGH, deps=(Dep("later"),))
@@ -343,8 +360,9 @@ def test_awaited_unknown_key_is_admissible_and_may_shed() -> None:
     [(EdgeCond.ON_SUCCESS, "skipped"), (EdgeCond.ON_FAILURE, "skipped"), (EdgeCond.ON_COMPLETE, "running")],
 )
 def test_shed_task_resolves_its_dependents(cond: EdgeCond, expected: str) -> None:
-    pool = PoolConfig("default", max_workers=4, initial_workers=0, bounds=Bounds(max_pending=2),
-                      overflow=OverflowPolicy.SHED_LOWEST)
+    pool = PoolConfig(
+        "default", max_workers=4, initial_workers=0, bounds=Bounds(max_pending=2), overflow=OverflowPolicy.SHED_LOWEST
+    )
     sim = Sim.make(pool)
     victim = sim.submit("victim", priority=LOW)
     child = sim.submit("child", priority=NORMAL, deps=(Dep(victim, cond),))
@@ -389,8 +407,13 @@ def test_shed_oldest_never_evicts_running_or_fixed_start() -> None:
 
 
 def autoscaled(min_workers: int = 1, max_workers: int = 8, initial: int = 1, **scale: object) -> Sim:
-    pool = PoolConfig("default", min_workers=min_workers, max_workers=max_workers, initial_workers=initial,
-                      autoscale=AutoscaleConfig(**scale))  # type: ignore[arg-type]
+    pool = PoolConfig(
+        "default",
+        min_workers=min_workers,
+        max_workers=max_workers,
+        initial_workers=initial,
+        autoscale=AutoscaleConfig(**scale),
+    )  # type: ignore[arg-type]
     sim = Sim.make(pool)
     return sim
 

@@ -31,7 +31,7 @@ def finish_blocker_and_drain(sim: Sim) -> list[object]:
     while sim.running:
         sim.complete(min(sim.running))
     order = sim.order()
-    return order[order.index("blocker") + 1:]
+    return order[order.index("blocker") + 1 :]
 
 
 def urgency_at(sim: Sim, task_id: int, now: int) -> float:

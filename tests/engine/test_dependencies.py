@@ -30,8 +30,9 @@ ON_COMPLETE = EdgeCond.ON_COMPLETE
 
 def make(workers: int = 4, **pool: object) -> Sim:
     return Sim.make(
-        PoolConfig("default", max_workers=max(workers, 1), initial_workers=workers,
-                   retry=RetryPolicy(jitter=False), **pool),  # type: ignore[arg-type]
+        PoolConfig(
+            "default", max_workers=max(workers, 1), initial_workers=workers, retry=RetryPolicy(jitter=False), **pool
+        ),  # type: ignore[arg-type]
     )
 
 
@@ -412,10 +413,12 @@ def test_cycle_through_awaiting_task_via_batch() -> None:
     sim = awaiting_sim(workers=0)
     sim.submit("waiting", key="a", deps=(Dep("b"),))
     with pytest.raises(AdmissionError) as err:
-        sim.submit_batch([
-            TaskSpec(payload="fine", key="z"),
-            TaskSpec(payload="closing", key="b", deps=(Dep("a"),)),
-        ])
+        sim.submit_batch(
+            [
+                TaskSpec(payload="fine", key="z"),
+                TaskSpec(payload="closing", key="b", deps=(Dep("a"),)),
+            ]
+        )
     assert err.value.code is SubmitCode.CYCLE
     assert err.value.index == 1
     assert sim.core.get("z") is None
@@ -436,12 +439,14 @@ def test_cycle_through_two_awaiting_keys() -> None:
 
 def test_batch_keys_may_be_referenced_in_any_order() -> None:
     sim = make(workers=4)
-    ids = sim.submit_batch([
-        TaskSpec(payload="load", key="load", deps=(Dep("t1"), Dep("t2"))),
-        TaskSpec(payload="t2", key="t2", deps=(Dep("extract"),)),
-        TaskSpec(payload="t1", key="t1", deps=(Dep("extract"),)),
-        TaskSpec(payload="extract", key="extract"),
-    ])
+    ids = sim.submit_batch(
+        [
+            TaskSpec(payload="load", key="load", deps=(Dep("t1"), Dep("t2"))),
+            TaskSpec(payload="t2", key="t2", deps=(Dep("extract"),)),
+            TaskSpec(payload="t1", key="t1", deps=(Dep("extract"),)),
+            TaskSpec(payload="extract", key="extract"),
+        ]
+    )
     assert len(ids) == 4 and len(set(ids)) == 4
     assert [sim.status(i) for i in ids] == ["blocked", "blocked", "blocked", "running"]
     sim.complete(sim.lease_of(ids[3]))
@@ -471,8 +476,9 @@ def test_duplicate_key_in_batch_is_rejected() -> None:
 
 
 def test_batch_is_atomic_and_names_the_offending_index() -> None:
-    sim = Sim.make(PoolConfig("default", max_workers=4, initial_workers=4),
-                   resources=[ResourceConfig.semaphore("gpu", 2)])
+    sim = Sim.make(
+        PoolConfig("default", max_workers=4, initial_workers=4), resources=[ResourceConfig.semaphore("gpu", 2)]
+    )
     cases: list[tuple[TaskSpec, SubmitCode]] = [
         (TaskSpec(pool="nope"), SubmitCode.UNKNOWN_POOL),
         (TaskSpec(resources={"tpu": 1}), SubmitCode.UNKNOWN_RESOURCE),
@@ -497,10 +503,13 @@ def test_batch_is_atomic_and_names_the_offending_index() -> None:
 def test_batch_with_existing_key_returns_the_existing_task_and_links_to_it() -> None:
     sim = make(workers=1)
     existing = sim.submit("existing", key="extract")
-    results = sim.core.submit_batch(sim.now, [
-        TaskSpec(payload="again", key="extract"),
-        TaskSpec(payload="child", key="child", deps=(Dep("extract"),)),
-    ])
+    results = sim.core.submit_batch(
+        sim.now,
+        [
+            TaskSpec(payload="again", key="extract"),
+            TaskSpec(payload="child", key="child", deps=(Dep("extract"),)),
+        ],
+    )
     sim.step()
     assert results[0].id == existing and results[0].duplicate
     assert results[1].duplicate is False
@@ -526,10 +535,12 @@ def test_batch_child_of_a_finished_parent_in_the_store() -> None:
     sim = make(workers=2)
     parent = sim.submit("parent", key="p")
     sim.fail(sim.lease_of(parent), "x", permanent=True)
-    ids = sim.submit_batch([
-        TaskSpec(payload="ok", deps=(Dep("p"),)),
-        TaskSpec(payload="alert", deps=(Dep("p", ON_FAILURE),)),
-    ])
+    ids = sim.submit_batch(
+        [
+            TaskSpec(payload="ok", deps=(Dep("p"),)),
+            TaskSpec(payload="alert", deps=(Dep("p", ON_FAILURE),)),
+        ]
+    )
     assert sim.status(ids[0]) == "skipped"
     assert sim.status(ids[1]) == "running"
 

@@ -371,8 +371,9 @@ def test_reservation_uses_the_learned_duration() -> None:
 
 
 def test_fixed_start_tasks_are_never_shed() -> None:
-    bounded = PoolConfig("default", max_workers=2, initial_workers=2, bounds=Bounds(max_pending=1),
-                         overflow=OverflowPolicy.SHED_LOWEST)
+    bounded = PoolConfig(
+        "default", max_workers=2, initial_workers=2, bounds=Bounds(max_pending=1), overflow=OverflowPolicy.SHED_LOWEST
+    )
     sim = Sim.make(bounded)
     task = sim.submit("fixed-low", priority=Priority.LOW, fixed_start=at(sim, 60))
     with pytest.raises(AdmissionError) as caught:

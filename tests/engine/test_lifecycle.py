@@ -279,8 +279,7 @@ def test_cancel_blocked_task_stays_cancelled_when_parent_finishes() -> None:
 
 
 def test_cancel_retrying_task_prevents_the_retry() -> None:
-    sim = Sim.make(PoolConfig("default", max_workers=1, initial_workers=1,
-                              retry=RetryPolicy(jitter=False)))
+    sim = Sim.make(PoolConfig("default", max_workers=1, initial_workers=1, retry=RetryPolicy(jitter=False)))
     tid = sim.submit("flaky")
     sim.fail(sim.lease_of(tid))
     assert sim.status(tid) == "retrying"
@@ -310,8 +309,9 @@ def test_cancel_scheduled_fixed_start_releases_its_reservation() -> None:
 
 
 def test_cancel_task_parked_on_resource_lets_the_next_waiter_through() -> None:
-    sim = Sim.make(PoolConfig("default", max_workers=4, initial_workers=4),
-                   resources=[ResourceConfig.semaphore("gpu", 1)])
+    sim = Sim.make(
+        PoolConfig("default", max_workers=4, initial_workers=4), resources=[ResourceConfig.semaphore("gpu", 1)]
+    )
     holder = sim.submit("holder", resources={"gpu": 1})
     parked = sim.submit("parked", resources={"gpu": 1})
     after = sim.submit("after", resources={"gpu": 1})

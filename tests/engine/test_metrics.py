@@ -291,8 +291,20 @@ def test_totals_have_every_documented_counter() -> None:
     sim = Sim.make(pool())
     totals = sim.core.snapshot(sim.now).totals
     documented = {
-        "submitted", "dispatched", "succeeded", "failed", "dead_lettered", "cancelled", "skipped", "missed",
-        "shed", "retries", "timeouts", "lease_expiries", "stale_completions", "recurring_conflicts",
+        "submitted",
+        "dispatched",
+        "succeeded",
+        "failed",
+        "dead_lettered",
+        "cancelled",
+        "skipped",
+        "missed",
+        "shed",
+        "retries",
+        "timeouts",
+        "lease_expiries",
+        "stale_completions",
+        "recurring_conflicts",
         "recurring_invalid",
     }
     assert documented <= set(totals)
@@ -341,8 +353,9 @@ def test_totals_for_cancelled_skipped_and_missed() -> None:
 
 
 def test_totals_count_shed_tasks() -> None:
-    bounded = PoolConfig("default", max_workers=1, initial_workers=1, bounds=Bounds(max_pending=1),
-                         overflow=OverflowPolicy.SHED_LOWEST)
+    bounded = PoolConfig(
+        "default", max_workers=1, initial_workers=1, bounds=Bounds(max_pending=1), overflow=OverflowPolicy.SHED_LOWEST
+    )
     sim = Sim.make(bounded)
     sim.submit("running")
     low = sim.submit("low", priority=Priority.LOW)

@@ -40,7 +40,7 @@ def finish_blocker_and_drain(sim: Sim) -> list[object]:
     while sim.running:
         sim.complete(min(sim.running))
     order = sim.order()
-    return order[order.index("blocker") + 1:]
+    return order[order.index("blocker") + 1 :]
 
 
 def adherence(sim: Sim, pool: str = "default") -> float:

@@ -60,10 +60,10 @@ def advance_to(sim: Sim, seconds: float) -> None:
     sim.advance(seconds - sim.t)
 
 
-def add(sim: Sim, name: str = "job", cron: str = EVERY_10S, template: TaskSpec | None = None,
-        **options: object) -> None:
-    spec = RecurringSpec(name, cron, template if template is not None else TaskSpec(payload=name),
-                         **options)  # type: ignore[arg-type]
+def add(
+    sim: Sim, name: str = "job", cron: str = EVERY_10S, template: TaskSpec | None = None, **options: object
+) -> None:
+    spec = RecurringSpec(name, cron, template if template is not None else TaskSpec(payload=name), **options)  # type: ignore[arg-type]
     sim.core.add_recurring(sim.now, spec)
     sim.step()
 
@@ -74,8 +74,7 @@ def occurrences(sim: Sim, name: str = "job") -> list[TaskInfo]:
 
 
 def starts(sim: Sim, name: str = "job") -> list[float]:
-    return [(info.fixed_start - START) / 1e9 for info in occurrences(sim, name)
-            if info.fixed_start is not None]
+    return [(info.fixed_start - START) / 1e9 for info in occurrences(sim, name) if info.fixed_start is not None]
 
 
 def statuses(sim: Sim, name: str = "job") -> list[str]:
@@ -163,9 +162,16 @@ def test_lead_follows_the_regular_run_time_p90() -> None:
 
 
 def test_occurrence_carries_the_recurring_tag_and_the_template() -> None:
-    template = TaskSpec(payload={"report": 1}, kind="rollup", priority=Priority.HIGH,
-                        tags={"team": "data"}, duration_hint=ns(2), timeout=ns(30),
-                        retry=RetryPolicy(max_attempts=5), tenant="acme")
+    template = TaskSpec(
+        payload={"report": 1},
+        kind="rollup",
+        priority=Priority.HIGH,
+        tags={"team": "data"},
+        duration_hint=ns(2),
+        timeout=ns(30),
+        retry=RetryPolicy(max_attempts=5),
+        tenant="acme",
+    )
     sim = make(pool())
     add(sim, name="hourly-rollup", template=template)
     advance_to(sim, 10)
@@ -325,8 +331,7 @@ def test_queue_on_success_runs_after_a_successful_previous_occurrence() -> None:
 
 def test_queue_on_success_skips_after_a_failed_previous_occurrence() -> None:
     sim = make(pool())
-    add(sim, overlap=OverlapPolicy.QUEUE_ON_SUCCESS,
-        template=TaskSpec(payload="job", retry=RetryPolicy.none()))
+    add(sim, overlap=OverlapPolicy.QUEUE_ON_SUCCESS, template=TaskSpec(payload="job", retry=RetryPolicy.none()))
     advance_to(sim, 20)
     first, second = occurrences(sim)
     advance_to(sim, 24)
@@ -369,8 +374,7 @@ def test_queue_without_a_running_previous_occurrence_starts_on_time() -> None:
         TaskSpec(payload="x", resources={"gpu": 3}),
         TaskSpec(payload="x", retry=RetryPolicy(max_attempts=0)),
     ],
-    ids=["deadline", "fixed-start", "deps", "unknown-pool", "unknown-resource", "too-much-resource",
-         "no-attempts"],
+    ids=["deadline", "fixed-start", "deps", "unknown-pool", "unknown-resource", "too-much-resource", "no-attempts"],
 )
 def test_invalid_templates_are_rejected(template: TaskSpec) -> None:
     sim = make(pool(), resources=(ResourceConfig.semaphore("gpu", 2),))
@@ -390,8 +394,9 @@ def test_invalid_cron_or_zone_is_rejected(cron: str, tz: str | None) -> None:
 
 
 def test_valid_template_with_pool_and_resource_is_accepted() -> None:
-    sim = make(pool(), PoolConfig("batch", max_workers=2, initial_workers=2),
-                   resources=(ResourceConfig.semaphore("gpu", 2),))
+    sim = make(
+        pool(), PoolConfig("batch", max_workers=2, initial_workers=2), resources=(ResourceConfig.semaphore("gpu", 2),)
+    )
     add(sim, template=TaskSpec(payload="x", pool="batch", resources={"gpu": 2}))
     [info] = sim.core.list_recurring()
     assert info.pool == "batch" and info.armed

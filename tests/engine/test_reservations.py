@@ -131,9 +131,7 @@ def test_identical_intervals_with_different_owners() -> None:
     st.integers(0, 30),
     st.integers(0, 2**32),
 )
-def test_peak_matches_brute_force(
-    spans: list[tuple[int, int]], q_start: int, q_len: int, seed: int
-) -> None:
+def test_peak_matches_brute_force(spans: list[tuple[int, int]], q_start: int, q_len: int, seed: int) -> None:
     book = ReservationBook(100)
     live: dict[int, tuple[int, int]] = {}
     rng = random.Random(seed)

@@ -28,8 +28,9 @@ from .sim import Sim, ns
 
 def res_sim(*resources: ResourceConfig, workers: int = 4, **pool: object) -> Sim:
     return Sim.make(
-        PoolConfig("default", max_workers=max(workers, 1), initial_workers=workers,
-                   retry=RetryPolicy(jitter=False), **pool),  # type: ignore[arg-type]
+        PoolConfig(
+            "default", max_workers=max(workers, 1), initial_workers=workers, retry=RetryPolicy(jitter=False), **pool
+        ),  # type: ignore[arg-type]
         resources=list(resources),
     )
 
@@ -133,7 +134,7 @@ def test_cancelling_a_woken_waiter_passes_the_units_on() -> None:
     holder = sim.submit("holder", resources={"gpu": 1})
     woken = sim.submit("woken", resources={"gpu": 1})
     next_in_line = sim.submit("next", resources={"gpu": 1})
-    cpu = [sim.submit("cpu0"), sim.submit("cpu1")]          # the pool is now full
+    cpu = [sim.submit("cpu0"), sim.submit("cpu1")]  # the pool is now full
     critical = sim.submit("critical", priority=Priority.CRITICAL)
     assert sim.status(critical) == "ready"
     # The GPU and a slot come back: "woken" is re-queued, but the critical task takes the slot.
@@ -159,8 +160,7 @@ def test_woken_waiter_overtaken_by_higher_priority_keeps_its_place() -> None:
     lease = sim.lease_of(holder)
     sim.core.complete(sim.now, lease.id, Success(None))
     sim.running.pop(lease.id)
-    urgent = sim.core.submit(sim.now, TaskSpec(payload="urgent", priority=Priority.HIGH,
-                                               resources={"gpu": 1})).id
+    urgent = sim.core.submit(sim.now, TaskSpec(payload="urgent", priority=Priority.HIGH, resources={"gpu": 1})).id
     sim.step()
     assert sim.status(urgent) == "running"  # priority first
     sim.complete(sim.lease_of(urgent))
@@ -174,13 +174,13 @@ def test_semaphore_units_return_at_the_end_of_every_attempt() -> None:
     first = sim.submit("first", resources={"gpu": 1}, timeout=ns(5))
     second = sim.submit("second", resources={"gpu": 1}, timeout=ns(5))
     third = sim.submit("third", resources={"gpu": 1})
-    sim.fail(sim.lease_of(first))            # retryable failure
+    sim.fail(sim.lease_of(first))  # retryable failure
     assert running_ids(sim) == {second}
-    sim.advance(5)                            # timeout of second
+    sim.advance(5)  # timeout of second
     assert sim.status(second) == "retrying"
     assert len(running_ids(sim)) == 1
     current = next(iter(running_ids(sim)))
-    sim.core.cancel(sim.now, current)         # cancellation of a running attempt
+    sim.core.cancel(sim.now, current)  # cancellation of a running attempt
     sim.step()
     assert len(running_ids(sim)) == 1
     assert third in {lease.task_id for lease in sim.dispatched}
@@ -212,8 +212,9 @@ def test_token_bucket_tokens_are_spent_not_returned() -> None:
 
 
 def test_combined_rate_and_concurrency_limits() -> None:
-    sim = res_sim(ResourceConfig.token_bucket("openai", rate=2.0, burst=4),
-                  ResourceConfig.semaphore("conc", 2), workers=10)
+    sim = res_sim(
+        ResourceConfig.token_bucket("openai", rate=2.0, burst=4), ResourceConfig.semaphore("conc", 2), workers=10
+    )
     need = {"openai": 1, "conc": 1}
     sim.runner = lambda lease: (3.0, Success(None))
     ids = [sim.submit(i, resources=need) for i in range(8)]
@@ -332,7 +333,7 @@ def test_free_group_serves_while_another_group_retires_slots() -> None:
     different group still finishes an attempt above its (reduced) capacity."""
     sim = label_sim(unlabeled=1)
     plain = sim.submit("plain", pool="inference")
-    sim.set_capacity(0, pool="inference")              # the unlabeled worker leaves; its attempt goes on
+    sim.set_capacity(0, pool="inference")  # the unlabeled worker leaves; its attempt goes on
     assert sim.status(plain) == "running"
     sim.set_capacity(1, pool="inference", labels=A100)  # a GPU worker connects, idle
     needs_gpu = sim.submit("needs gpu", pool="inference", labels=A100)
@@ -365,8 +366,7 @@ def test_cancel_label_waiter() -> None:
 
 
 def fair_sim(weights: dict[str, float] | None = None, workers: int = 0) -> Sim:
-    pool = PoolConfig("llm", max_workers=4, initial_workers=workers,
-                      fairness=Fairness(weights or {}))
+    pool = PoolConfig("llm", max_workers=4, initial_workers=workers, fairness=Fairness(weights or {}))
     sim = Sim.make(pool)
     sim.runner = lambda lease: (1.0, Success(None))
     return sim
@@ -469,10 +469,11 @@ def test_deadline_tasks_are_outside_the_fair_share() -> None:
 def test_retried_task_keeps_its_place_in_a_fair_pool() -> None:
     """A retried task keeps its original submission time, so it keeps its place (book,
     "Retry policy"); fair sharing orders tenants, not a tenant's own tasks among themselves."""
-    sim = Sim.make(PoolConfig("llm", max_workers=4, initial_workers=1, fairness=Fairness({}),
-                              retry=RetryPolicy(jitter=False)))
+    sim = Sim.make(
+        PoolConfig("llm", max_workers=4, initial_workers=1, fairness=Fairness({}), retry=RetryPolicy(jitter=False))
+    )
     ids = [sim.submit(f"a{i}", pool="llm", tenant="a") for i in range(5)]
-    sim.fail(sim.lease_of(ids[0]))   # a0 retries after 1 s while a1 runs
+    sim.fail(sim.lease_of(ids[0]))  # a0 retries after 1 s while a1 runs
     sim.advance(2)
     sim.complete(sim.lease_of(ids[1]))
     assert [lease.payload for lease in sim.dispatched] == ["a0", "a1", "a0"]

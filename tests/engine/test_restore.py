@@ -41,8 +41,9 @@ from .sim import START, Sim, ns
 
 
 def pool(workers: int = 4, **extra: object) -> PoolConfig:
-    return PoolConfig("default", max_workers=max(4, workers), initial_workers=workers,
-                      retry=RetryPolicy(jitter=False), **extra)  # type: ignore[arg-type]
+    return PoolConfig(
+        "default", max_workers=max(4, workers), initial_workers=workers, retry=RetryPolicy(jitter=False), **extra
+    )  # type: ignore[arg-type]
 
 
 def recover(mutations: Iterable[object], lease_high_water: int = 0) -> Recovered:
@@ -67,8 +68,9 @@ def recover(mutations: Iterable[object], lease_high_water: int = 0) -> Recovered
                 row["finished_at"] = mutation.at
                 row["has_output"] = mutation.has_output
         elif isinstance(mutation, PutRecurring):
-            schedules[mutation.spec.name] = RecoveredRecurring(mutation.spec, mutation.next_at,
-                                                               mutation.last_task_id, mutation.paused)
+            schedules[mutation.spec.name] = RecoveredRecurring(
+                mutation.spec, mutation.next_at, mutation.last_task_id, mutation.paused
+            )
         elif isinstance(mutation, DeleteRecurring):
             schedules.pop(mutation.name, None)
     return Recovered(
@@ -95,8 +97,13 @@ def persisting(*pools: PoolConfig, **config: object) -> Sim:
     return Sim.make(*(pools or (pool(),)), persist=True, **config)
 
 
-def record(task_id: int, spec: TaskSpec, status: TaskStatus = TaskStatus.READY, max_attempts: int = 3,
-           submitted_at: int = START) -> TaskRecord:
+def record(
+    task_id: int,
+    spec: TaskSpec,
+    status: TaskStatus = TaskStatus.READY,
+    max_attempts: int = 3,
+    submitted_at: int = START,
+) -> TaskRecord:
     return TaskRecord(task_id, "default", spec, submitted_at, status, max_attempts)
 
 
@@ -110,8 +117,7 @@ def test_persist_emits_mutations_only_when_enabled() -> None:
     loud = persisting()
     tid = loud.submit("x")
     assert any(isinstance(m, PutTask) and m.task.id == tid for m in loud.persisted)
-    assert any(isinstance(m, SetStatus) and m.id == tid and m.status is TaskStatus.RUNNING
-               for m in loud.persisted)
+    assert any(isinstance(m, SetStatus) and m.id == tid and m.status is TaskStatus.RUNNING for m in loud.persisted)
 
 
 def test_a_step_hands_over_its_mutations_with_its_dispatches() -> None:
@@ -234,10 +240,10 @@ def test_fixed_start_within_tolerance_after_restart_still_runs() -> None:
 
 def test_dependency_on_a_parent_no_longer_known_counts_as_satisfied() -> None:
     gone_id = 12345
-    child_by_id = RecoveredTask(record(20_000, TaskSpec(payload="by id", deps=(Dep(gone_id),))),
-                                TaskStatus.BLOCKED, 0)
-    child_by_key = RecoveredTask(record(20_001, TaskSpec(payload="by key", deps=(Dep("gone-key"),))),
-                                 TaskStatus.BLOCKED, 0)
+    child_by_id = RecoveredTask(record(20_000, TaskSpec(payload="by id", deps=(Dep(gone_id),))), TaskStatus.BLOCKED, 0)
+    child_by_key = RecoveredTask(
+        record(20_001, TaskSpec(payload="by key", deps=(Dep("gone-key"),))), TaskStatus.BLOCKED, 0
+    )
     core = Core(CoreConfig(pools=(pool(),)), now=START)
     core.restore(START, Recovered([child_by_id, child_by_key], id_high_water=20_001))
     sim = Sim(core)
@@ -263,11 +269,13 @@ def test_dependencies_on_recovered_parents_are_relinked() -> None:
 
 
 def test_child_of_a_retained_terminal_parent() -> None:
-    failed_parent = RecoveredTask(record(100, TaskSpec(payload="p", key="p")), TaskStatus.FAILED, 1,
-                                  message="broken", finished_at=START - ns(5))
+    failed_parent = RecoveredTask(
+        record(100, TaskSpec(payload="p", key="p")), TaskStatus.FAILED, 1, message="broken", finished_at=START - ns(5)
+    )
     ok_child = RecoveredTask(record(101, TaskSpec(payload="ok", deps=(Dep("p"),))), TaskStatus.BLOCKED, 0)
-    alert = RecoveredTask(record(102, TaskSpec(payload="alert", deps=(Dep(100, EdgeCond.ON_FAILURE),))),
-                          TaskStatus.BLOCKED, 0)
+    alert = RecoveredTask(
+        record(102, TaskSpec(payload="alert", deps=(Dep(100, EdgeCond.ON_FAILURE),))), TaskStatus.BLOCKED, 0
+    )
     core = Core(CoreConfig(pools=(pool(),)), now=START)
     core.restore(START, Recovered([failed_parent, ok_child, alert], id_high_water=102))
     sim = Sim(core)
@@ -301,8 +309,9 @@ def test_restored_priorities_and_attempts() -> None:
 
 def test_recurring_overlap_guard_survives_a_restart() -> None:
     old = persisting()
-    old.core.add_recurring(old.now, RecurringSpec("minutely", "* * * * *", TaskSpec(payload="job"),
-                                                  overlap=OverlapPolicy.SKIP))
+    old.core.add_recurring(
+        old.now, RecurringSpec("minutely", "* * * * *", TaskSpec(payload="job"), overlap=OverlapPolicy.SKIP)
+    )
     old.step()
     old.advance(60)  # one occurrence started and is still running
     occurrences = [t for t in old.core.list_tasks() if t.tags.get(RECURRING_TAG) == "minutely"]
@@ -321,8 +330,9 @@ def test_recurring_overlap_guard_survives_a_restart() -> None:
 
 def test_recurring_queue_overlap_survives_a_restart() -> None:
     old = persisting()
-    old.core.add_recurring(old.now, RecurringSpec("minutely", "* * * * *", TaskSpec(payload="job"),
-                                                  overlap=OverlapPolicy.QUEUE))
+    old.core.add_recurring(
+        old.now, RecurringSpec("minutely", "* * * * *", TaskSpec(payload="job"), overlap=OverlapPolicy.QUEUE)
+    )
     old.step()
     old.advance(60)
     [first] = [t.id for t in old.core.list_tasks() if t.tags.get(RECURRING_TAG) == "minutely"]

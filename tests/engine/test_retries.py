@@ -21,8 +21,12 @@ from .sim import Sim, ns
 
 
 def make(retry: RetryPolicy | None = None, workers: int = 4, **config: object) -> Sim:
-    pool = PoolConfig("default", max_workers=max(workers, 1), initial_workers=workers,
-                      retry=retry if retry is not None else RetryPolicy())
+    pool = PoolConfig(
+        "default",
+        max_workers=max(workers, 1),
+        initial_workers=workers,
+        retry=retry if retry is not None else RetryPolicy(),
+    )
     return Sim.make(pool, **config)
 
 
@@ -183,8 +187,8 @@ def test_retried_task_keeps_its_place_in_its_class() -> None:
     second = sim.submit("second")
     sim.advance(0.5)
     third = sim.submit("third")
-    sim.fail(sim.lease_of(first))       # first retries in 1 s
-    sim.advance(2)                       # second is running; first is ready again
+    sim.fail(sim.lease_of(first))  # first retries in 1 s
+    sim.advance(2)  # second is running; first is ready again
     assert sim.status(first) == "ready"
     sim.complete(sim.lease_of(second))
     # first was submitted before third, so it goes first.
@@ -298,8 +302,7 @@ def test_timed_out_attempt_frees_its_slot() -> None:
 
 
 def lease_sim(ttl: float = 10) -> Sim:
-    pool = PoolConfig("default", max_workers=2, initial_workers=2, lease_ttl=ns(ttl),
-                      retry=RetryPolicy(jitter=False))
+    pool = PoolConfig("default", max_workers=2, initial_workers=2, lease_ttl=ns(ttl), retry=RetryPolicy(jitter=False))
     return Sim.make(pool)
 
 
@@ -393,22 +396,29 @@ def test_unknown_lease_is_stale() -> None:
 
 
 def test_attempt_numbers_and_lease_ids_never_repeat() -> None:
-    sim = Sim.make(PoolConfig("default", max_workers=3, initial_workers=3, lease_ttl=ns(4),
-                              retry=RetryPolicy(max_attempts=6, jitter=False)))
+    sim = Sim.make(
+        PoolConfig(
+            "default",
+            max_workers=3,
+            initial_workers=3,
+            lease_ttl=ns(4),
+            retry=RetryPolicy(max_attempts=6, jitter=False),
+        )
+    )
     tid = sim.submit("x", timeout=ns(6))
-    sim.fail(sim.lease_of(tid))                     # attempt 1 fails
+    sim.fail(sim.lease_of(tid))  # attempt 1 fails
     sim.advance(1)
-    lease = sim.lease_of(tid)                       # attempt 2 times out (heartbeats keep the lease)
+    lease = sim.lease_of(tid)  # attempt 2 times out (heartbeats keep the lease)
     sim.advance(3)
     sim.core.heartbeat(sim.now, lease.id)
     sim.advance(3)
     assert sim.aborts[-1].reason == "timeout"
     sim.advance(2)
-    sim.lease_of(tid)                               # attempt 3 loses its lease (no heartbeat)
+    sim.lease_of(tid)  # attempt 3 loses its lease (no heartbeat)
     sim.advance(4)
     assert sim.aborts[-1].reason != "timeout"
     sim.advance(4)
-    assert sim.complete(sim.lease_of(tid))          # attempt 4 succeeds
+    assert sim.complete(sim.lease_of(tid))  # attempt 4 succeeds
     assert attempts_of(sim, tid) == [1, 2, 3, 4]
     lease_ids = [lease.id for lease in sim.dispatched]
     assert len(set(lease_ids)) == len(lease_ids)

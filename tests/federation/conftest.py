@@ -87,13 +87,13 @@ shard = "s2"
 name = "s1"
 number = 1
 pools = ["default", "other"]
-endpoint = "http://127.0.0.1:{self.ports['s1']}"
+endpoint = "http://127.0.0.1:{self.ports["s1"]}"
 
 [[shards]]
 name = "s2"
 number = 2
 pools = ["p2"]
-endpoint = "http://127.0.0.1:{self.ports['s2']}"
+endpoint = "http://127.0.0.1:{self.ports["s2"]}"
 """
         self.directory = directory
         self.nodes = {

@@ -71,8 +71,9 @@ async def test_concurrent_forwarded_submits_each_get_their_own_answer(tasks_on_s
         assert info.pool == "p2" and info.id in ids
 
 
-async def test_a_refused_forwarded_submit_does_not_hold_back_the_others(federation: Federation,
-                                                                        tasks_on_s1: pbg.TasksStub) -> None:
+async def test_a_refused_forwarded_submit_does_not_hold_back_the_others(
+    federation: Federation, tasks_on_s1: pbg.TasksStub
+) -> None:
     """A submission naming an unknown dependency fails alone; its neighbours are admitted."""
     missing = (2 << SHARD_BITS) + 987_654_321
     specs = [pb.TaskSpec(pool="p2", deps=[pb.Dep(target=pb.TaskRef(id=missing))]) if i % 5 == 0

@@ -189,7 +189,6 @@ class NodeClient:
         details = parsed.get("error", "") if isinstance(parsed, dict) and status != 200 else ""
         return Outcome(HTTP_CODES.get(status, f"HTTP {status}"), details, None, parsed, status)
 
-
     @contextlib.contextmanager
     def http_stream(self, credential: Credential, path: str) -> Iterator[tuple[int, Any]]:
         """A GET whose answer is read line by line (the event stream): ``(200, response)``, or the

@@ -63,10 +63,12 @@ async def test_batch_errors_name_the_offending_task_and_admit_nothing(client: Cl
         await client.submit_batch([spec(key="atomic-1"), spec(key="atomic-2", timeout_s=-5)])
     assert err.value.code == "invalid_argument" and "task 1" in err.value.message
     with pytest.raises(ClientError) as cycle:
-        await client.submit_batch([
-            task(b"", pool="other", key="cyc-a", after="cyc-b"),
-            task(b"", pool="other", key="cyc-b", after="cyc-a"),
-        ])
+        await client.submit_batch(
+            [
+                task(b"", pool="other", key="cyc-a", after="cyc-b"),
+                task(b"", pool="other", key="cyc-b", after="cyc-a"),
+            ]
+        )
     assert cycle.value.code == "invalid_argument"
     with pytest.raises(ClientError) as twice:
         await client.submit_batch([task(b"", pool="other", key="twice"), task(b"", pool="other", key="twice")])
@@ -105,8 +107,10 @@ async def test_request_shape_errors(server: ServerProcess) -> None:
             (tasks.Submit(pb.SubmitRequest(task=spec(), wait_timeout_s=1), metadata=metadata), "wait_timeout_s"),
             (tasks.Get(pb.GetRequest(), metadata=metadata), "id or a key"),
             (tasks.Get(pb.GetRequest(task=pb.TaskRef(key="")), metadata=metadata), "empty"),
-            (tasks.ListTasks(pb.ListTasksRequest(statuses=[pb.TASK_STATUS_UNSPECIFIED]), metadata=metadata),
-             "UNSPECIFIED"),
+            (
+                tasks.ListTasks(pb.ListTasksRequest(statuses=[pb.TASK_STATUS_UNSPECIFIED]), metadata=metadata),
+                "UNSPECIFIED",
+            ),
             (tasks.Wait(pb.WaitRequest(task=pb.TaskRef(id=1), timeout_s=-1), metadata=metadata), "invalid duration"),
             (tasks.SubmitBatch(pb.SubmitBatchRequest(tasks=[spec()] * 1001), metadata=metadata), "at most 1000"),
         ]

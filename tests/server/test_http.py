@@ -167,12 +167,29 @@ async def test_a_batch_dag_runs_in_dependency_order(gw: Running) -> None:
 
 async def test_a_batch_is_atomic_and_names_the_offending_task(gw: Running) -> None:
     async with gw.session() as http:
-        status, body = await request(http, "POST", "/v1/tasks:batch", json={"tasks": [
-            {"pool": "other", "key": "atomic-ok"}, {"pool": "other", "key": "atomic-bad", "priority": "urgent"}]})
+        status, body = await request(
+            http,
+            "POST",
+            "/v1/tasks:batch",
+            json={
+                "tasks": [
+                    {"pool": "other", "key": "atomic-ok"},
+                    {"pool": "other", "key": "atomic-bad", "priority": "urgent"},
+                ]
+            },
+        )
         assert status == 400 and body["error"].startswith("task 1: ") and "priority" in body["error"]
-        status, body = await request(http, "POST", "/v1/tasks:batch", json={"tasks": [
-            {"pool": "other", "key": "cyc-a", "after": ["cyc-b"]},
-            {"pool": "other", "key": "cyc-b", "after": ["cyc-a"]}]})
+        status, body = await request(
+            http,
+            "POST",
+            "/v1/tasks:batch",
+            json={
+                "tasks": [
+                    {"pool": "other", "key": "cyc-a", "after": ["cyc-b"]},
+                    {"pool": "other", "key": "cyc-b", "after": ["cyc-a"]},
+                ]
+            },
+        )
         assert (status, body["code"]) == (400, "bad_request"), body
         for key in ("atomic-ok", "cyc-a", "cyc-b"):
             status, _ = await request(http, "GET", f"/v1/tasks/by-key/{key}")
@@ -370,8 +387,12 @@ async def test_scoped_and_tenant_credentials(gw: Running) -> None:
     async with gw.session(CLIENT_TOKEN) as http:
         _, hidden = await request(http, "POST", "/v1/tasks", json={"pool": "default", "key": "hidden-1"})
     async with gw.session(SCOPED_CLIENT_TOKEN) as http:
-        for method, path in (("GET", f"/v1/tasks/{hidden['id']}"), ("GET", "/v1/tasks/by-key/hidden-1"),
-                             ("DELETE", f"/v1/tasks/{hidden['id']}"), ("GET", "/v1/tasks/by-key/hidden-1/result")):
+        for method, path in (
+            ("GET", f"/v1/tasks/{hidden['id']}"),
+            ("GET", "/v1/tasks/by-key/hidden-1"),
+            ("DELETE", f"/v1/tasks/{hidden['id']}"),
+            ("GET", "/v1/tasks/by-key/hidden-1/result"),
+        ):
             status, body = await request(http, method, path)
             assert (status, body["code"]) == (404, "not_found"), (method, path)
         status, body = await request(http, "POST", "/v1/tasks", json={"pool": "default"})
@@ -690,8 +711,13 @@ async def test_a_cronoq_server_process_serves_http(tmp_path: Path) -> None:
             try:
                 await worker.wait_registered(10)
                 client = {"authorization": f"Bearer {CLIENT_TOKEN}"}
-                status, body = await request(http, "POST", "/v1/tasks", headers=client,
-                                             json={"payload": {"text": "hi"}, "key": "proc-1", "wait": True})
+                status, body = await request(
+                    http,
+                    "POST",
+                    "/v1/tasks",
+                    headers=client,
+                    json={"payload": {"text": "hi"}, "key": "proc-1", "wait": True},
+                )
                 assert status == 200, body
                 assert body["result"]["output"] == {"shout": "HI"}
                 status, info = await request(http, "GET", "/v1/tasks/by-key/proc-1", headers=client)

@@ -515,9 +515,9 @@ async def test_tls_negotiates_h2_with_alpn_and_still_serves_http11(tmp_path: Pat
     make_certificates(tmp_path)
     tls = f"""
 [server.tls]
-cert = "{tmp_path / 'server.pem'}"
-key = "{tmp_path / 'server.key'}"
-client_ca = "{tmp_path / 'ca.pem'}"
+cert = "{tmp_path / "server.pem"}"
+key = "{tmp_path / "server.key"}"
+client_ca = "{tmp_path / "ca.pem"}"
 
 [[auth.certs]]
 dns_name = "worker-1.internal"

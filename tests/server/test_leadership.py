@@ -52,6 +52,7 @@ role = "admin"
 """
     server = ServerProcess(tmp_path, config, name="pg").start()
     try:
+
         async def handler(lease: Lease) -> bytes:
             return lease.payload
 

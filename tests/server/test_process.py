@@ -97,7 +97,7 @@ shutdown_grace_s = 1
 
 [store]
 kind = "sqlite"
-path = "{tmp_path / 'state.db'}"
+path = "{tmp_path / "state.db"}"
 
 [[auth.tokens]]
 token = "{CLIENT_TOKEN}"

@@ -40,9 +40,9 @@ grpc_addr = "127.0.0.1:{{port}}"
 shutdown_grace_s = 0.5
 
 [server.tls]
-cert = "{tmp_path / 'server.pem'}"
-key = "{tmp_path / 'server.key'}"
-client_ca = "{tmp_path / 'ca.pem'}"
+cert = "{tmp_path / "server.pem"}"
+key = "{tmp_path / "server.key"}"
+client_ca = "{tmp_path / "ca.pem"}"
 
 [[auth.tokens]]
 token = "{CLIENT_TOKEN}"

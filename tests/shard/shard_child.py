@@ -60,8 +60,13 @@ async def main() -> None:
         note(f"done {ctx.id} {ctx.attempt} {os.getpid()}")
         return int(payload)
 
-    pool = cronoq.Pool("default", work, max=args.slots, autoscale=False,
-                       retry=cronoq.RetryPolicy(max_attempts=5, initial_backoff=0.01, max_backoff=0.05))
+    pool = cronoq.Pool(
+        "default",
+        work,
+        max=args.slots,
+        autoscale=False,
+        retry=cronoq.RetryPolicy(max_attempts=5, initial_backoff=0.01, max_backoff=0.05),
+    )
     sched = cronoq.Scheduler([pool], store=open_store(args.store, args.session_timeout))
     await sched.start()
     driver = sched._driver

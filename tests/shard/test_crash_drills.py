@@ -70,13 +70,15 @@ def test_leader_killed_standby_recovers_every_acknowledged_task(
     dsn, schema = pg
     store = _store_arg(store_kind, tmp_path, dsn, schema)
     log = tmp_path / "attempts.log"
-    leader = ShardProcess("--store", store, "--submit", str(TASKS), "--run-seconds", "0.05",
-                          "--slots", "4", "--log", str(log))
+    leader = ShardProcess(
+        "--store", store, "--submit", str(TASKS), "--run-seconds", "0.05", "--slots", "4", "--log", str(log)
+    )
     standby = None
     try:
         leader.wait_for(lambda lines: any(line.startswith("LEADER") for line in lines))
-        standby = ShardProcess("--store", store, "--run-seconds", "0.01", "--slots", "8", "--log", str(log),
-                               "--exit-when-idle")
+        standby = ShardProcess(
+            "--store", store, "--run-seconds", "0.01", "--slots", "8", "--log", str(log), "--exit-when-idle"
+        )
         leader.wait_for(lambda lines: sum(line.startswith("ACK") for line in lines) == TASKS)
         # Let some attempts finish and some be mid-flight, then kill the leader outright.
         deadline = time.monotonic() + 20
@@ -115,13 +117,13 @@ def test_paused_leader_is_fenced_and_never_writes(
     dsn, schema = pg
     store = _store_arg(store_kind, tmp_path, dsn, schema)
     log = tmp_path / "attempts.log"
-    leader = ShardProcess("--store", store, "--submit", "40", "--run-seconds", "0.3", "--slots", "4",
-                          "--log", str(log))
+    leader = ShardProcess("--store", store, "--submit", "40", "--run-seconds", "0.3", "--slots", "4", "--log", str(log))
     standby = None
     try:
         leader.wait_for(lambda lines: sum(line.startswith("ACK") for line in lines) == 40)
-        standby = ShardProcess("--store", store, "--run-seconds", "0.01", "--slots", "8", "--log", str(log),
-                               "--exit-when-idle")
+        standby = ShardProcess(
+            "--store", store, "--run-seconds", "0.01", "--slots", "8", "--log", str(log), "--exit-when-idle"
+        )
         leader.signal(signal.SIGSTOP)
         if store_kind == "postgres":
             asyncio.run(_terminate_lock_sessions(dsn or ""))
@@ -155,15 +157,27 @@ async def _terminate_lock_sessions(dsn: str) -> None:
         await conn.close()
 
 
-
 def test_store_outage_keeps_the_shard_running_and_loses_nothing(private_postgres: object, tmp_path: Path) -> None:
     """The database goes away for a few seconds: durable calls wait, no new attempt starts, and
     afterwards every acknowledged task completes."""
     cluster = private_postgres
     store = f"postgres:{cluster.dsn}#outage"  # type: ignore[attr-defined]
     log = tmp_path / "attempts.log"
-    shard = ShardProcess("--store", store, "--submit", "60", "--run-seconds", "0.1", "--slots", "2",
-                         "--log", str(log), "--exit-when-idle", "--session-timeout", "10")
+    shard = ShardProcess(
+        "--store",
+        store,
+        "--submit",
+        "60",
+        "--run-seconds",
+        "0.1",
+        "--slots",
+        "2",
+        "--log",
+        str(log),
+        "--exit-when-idle",
+        "--session-timeout",
+        "10",
+    )
     try:
         shard.wait_for(lambda lines: sum(line.startswith("ACK") for line in lines) == 60)
         deadline = time.monotonic() + 20

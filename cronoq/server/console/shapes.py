@@ -112,8 +112,14 @@ def shards_json(m: cpb.ListShardsResponse) -> dict[str, Any]:
             "version": shard.version,
             "store": shard.store,
             "replicas": [
-                {"endpoint": r.endpoint, "state": r.state, "host": r.host, "pid": r.pid, "version": r.version,
-                 "error": r.error}
+                {
+                    "endpoint": r.endpoint,
+                    "state": r.state,
+                    "host": r.host,
+                    "pid": r.pid,
+                    "version": r.version,
+                    "error": r.error,
+                }
                 for r in shard.replicas
             ],
             "topology_version": str(shard.topology_version),
