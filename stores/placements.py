@@ -83,7 +83,7 @@ async def read_placements(store: Any) -> Placements:
         return await asyncio.to_thread(_sqlite_read, str(store.path))
     if isinstance(store, PostgresStore):
         s = quote_schema(store.schema)
-        async with _pg_connection(store) as conn:
+        async with pg_connection(store) as conn:
             if await conn.fetchval("SELECT to_regclass($1)", f"{s}.cronoq_topology") is None:
                 return {}
             rows = await conn.fetch(f"SELECT pool, shard, version FROM {s}.cronoq_topology")
@@ -100,7 +100,7 @@ async def placement_reader(store: Any) -> AsyncIterator[Callable[[], Awaitable[P
         yield lambda: read_placements(store)
         return
     s = quote_schema(store.schema)
-    async with _pg_connection(store) as conn:
+    async with pg_connection(store) as conn:
 
         async def read() -> Placements:
             if await conn.fetchval("SELECT to_regclass($1)", f"{s}.cronoq_topology") is None:
@@ -191,7 +191,7 @@ def _sqlite_advance(path: str, pool: str, shard: str, version: int) -> bool:
 
 
 @contextlib.asynccontextmanager
-async def _pg_connection(store: Any) -> AsyncIterator[Any]:
+async def pg_connection(store: Any) -> AsyncIterator[Any]:
     """A connection of its own (a few statements at start and per move: not worth a pool slot)."""
     import asyncpg
 
@@ -210,7 +210,7 @@ async def _pg_load(store: Any, seed: Placements) -> Placements:
 
     s = quote_schema(store.schema)
     pools = list(seed)
-    async with _pg_connection(store) as conn, conn.transaction():
+    async with pg_connection(store) as conn, conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", lock_key(store.schema, "migrate"))
         await conn.execute(_PG_DDL.format(s=s))
         await conn.execute(
@@ -228,7 +228,7 @@ async def _pg_advance(store: Any, pool: str, shard: str, version: int) -> bool:
     from .postgres import lock_key, quote_schema
 
     s = quote_schema(store.schema)
-    async with _pg_connection(store) as conn, conn.transaction():
+    async with pg_connection(store) as conn, conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", lock_key(store.schema, "migrate"))
         await conn.execute(_PG_DDL.format(s=s))
         status = await conn.execute(

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .base import Corrupt, Fenced, StoreError, Unavailable
-from .placements import MAX_NAME, _pg_connection
+from .placements import MAX_NAME, pg_connection
 
 __all__ = [
     "MoveRefused",
@@ -117,7 +117,7 @@ async def read_moves(store: Any) -> dict[str, MoveRow]:
     from .postgres import quote_schema
 
     s = quote_schema(store.schema)
-    async with _pg_connection(store) as conn:
+    async with pg_connection(store) as conn:
         for ddl in _PG_DDL:
             await conn.execute(ddl.format(s=s))
         rows = await conn.fetch(
@@ -134,7 +134,7 @@ async def request_move(store: Any, epoch: int, row: MoveRow) -> MoveRow:
     from .postgres import fence_sql, quote_schema
 
     s = quote_schema(store.schema)
-    async with _pg_connection(store) as conn, conn.transaction():
+    async with pg_connection(store) as conn, conn.transaction():
         for ddl in _PG_DDL:
             await conn.execute(ddl.format(s=s))
         if await conn.fetchval(fence_sql(s), epoch, store.holder) is None:
@@ -172,7 +172,7 @@ async def set_move_phase(store: Any, epoch: int, pool: str, move_id: str, phase:
     from .postgres import fence_sql, quote_schema
 
     s = quote_schema(store.schema)
-    async with _pg_connection(store) as conn, conn.transaction():
+    async with pg_connection(store) as conn, conn.transaction():
         if await conn.fetchval(fence_sql(s), epoch, store.holder) is None:
             raise Fenced(f"epoch {epoch} no longer leads schema {store.schema}")
         status = await conn.execute(
@@ -194,7 +194,7 @@ async def forwarded_to(store: Any, task_id: int) -> tuple[str, str, int] | None:
     from .postgres import quote_schema
 
     s = quote_schema(store.schema)
-    async with _pg_connection(store) as conn:
+    async with pg_connection(store) as conn:
         if await conn.fetchval("SELECT to_regclass($1)", f"{s}.cronoq_forwarded") is None:
             return None
         row = await conn.fetchrow(
@@ -538,7 +538,7 @@ async def _pg_transfer(store: Any, epoch: int, move: MoveRow, source_shard: str,
     from .postgres import fence_sql, quote_schema
 
     s, t = quote_schema(store.schema), quote_schema(target_schema)
-    async with _pg_connection(store) as conn, conn.transaction():
+    async with pg_connection(store) as conn, conn.transaction():
         if await conn.fetchval(fence_sql(s), epoch, store.holder) is None:
             raise Fenced(f"epoch {epoch} no longer leads schema {store.schema}")
         for ddl in _PG_DDL:

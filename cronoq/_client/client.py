@@ -154,12 +154,12 @@ class Client:
             response = await self._submit_coalescer().submit(request)
         else:
             response = await self._call("tasks", "Submit", request, call_timeout)
-        return Submitted._from_pb(response)
+        return Submitted.from_pb(response)
 
     async def submit_batch(self, tasks: Sequence[pb.TaskSpec]) -> list[Submitted]:
         """Submit several ``task()`` specs atomically; they may depend on each other's keys."""
         response = await self._call("tasks", "SubmitBatch", pb.SubmitBatchRequest(tasks=list(tasks)))
-        return [Submitted._from_pb(t, with_result=False) for t in response.tasks]
+        return [Submitted.from_pb(t, with_result=False) for t in response.tasks]
 
     async def cancel(self, ref: TaskRef) -> bool:
         """Cancel a task by id or key; False when it had already finished."""
@@ -168,7 +168,7 @@ class Client:
 
     async def get(self, ref: TaskRef) -> TaskInfo:
         response = await self._call("tasks", "Get", pb.GetRequest(task=task_ref_to_wire(ref)))
-        return TaskInfo._from_pb(response)
+        return TaskInfo.from_pb(response)
 
     async def list_tasks(
         self, *, pools: Sequence[str] = (), statuses: Sequence[str] = (), after: int = 0, limit: int = 0
@@ -182,7 +182,7 @@ class Client:
             after=after,
             limit=limit,
         )
-        return TaskPage._from_pb(await self._call("tasks", "ListTasks", request))
+        return TaskPage.from_pb(await self._call("tasks", "ListTasks", request))
 
     async def iter_tasks(
         self, *, pools: Sequence[str] = (), statuses: Sequence[str] = (), page_size: int = 0
@@ -204,7 +204,7 @@ class Client:
         if timeout is not None:
             request.timeout_s = to_seconds(timeout, "timeout")
             deadline = request.timeout_s + 5.0
-        return Result._from_pb(await self._call("tasks", "Wait", request, deadline))
+        return Result.from_pb(await self._call("tasks", "Wait", request, deadline))
 
     async def watch(
         self,
@@ -232,12 +232,12 @@ class Client:
                     raise rpc_error(e) from e
                 if message is grpc.aio.EOF:
                     return
-                yield Event._from_pb(message)
+                yield Event.from_pb(message)
         finally:
             call.cancel()
 
     async def snapshot(self) -> Snapshot:
-        return Snapshot._from_pb(await self._call("admin", "Snapshot", pb.Empty()))
+        return Snapshot.from_pb(await self._call("admin", "Snapshot", pb.Empty()))
 
     async def add_recurring(
         self,
@@ -271,8 +271,8 @@ class Client:
 
     async def list_workers(self) -> list[WorkerInfo]:
         response = await self._call("admin", "ListWorkers", pb.Empty())
-        return [WorkerInfo._from_pb(w) for w in response.workers]
+        return [WorkerInfo.from_pb(w) for w in response.workers]
 
     async def list_recurring(self) -> list[RecurringInfo]:
         response = await self._call("admin", "ListRecurring", pb.Empty())
-        return [RecurringInfo._from_pb(r) for r in response.schedules]
+        return [RecurringInfo.from_pb(r) for r in response.schedules]

@@ -50,7 +50,7 @@ class Result:
         return "" if self.output is None else self.output.decode("utf-8")
 
     @classmethod
-    def _from_pb(cls, m: pb.TaskResult) -> Result:
+    def from_pb(cls, m: pb.TaskResult) -> Result:
         return cls(
             id=m.id,
             status=status_text(m.status),
@@ -69,8 +69,8 @@ class Submitted:
     result: Result | None = None
 
     @classmethod
-    def _from_pb(cls, m: pb.SubmitResponse, *, with_result: bool = True) -> Submitted:
-        result = Result._from_pb(m.result) if with_result and m.HasField("result") else None
+    def from_pb(cls, m: pb.SubmitResponse, *, with_result: bool = True) -> Submitted:
+        result = Result.from_pb(m.result) if with_result and m.HasField("result") else None
         return cls(id=m.id, duplicate=m.duplicate, result=result)
 
 
@@ -98,7 +98,7 @@ class TaskInfo:
         return self.status in _TERMINAL
 
     @classmethod
-    def _from_pb(cls, m: pb.TaskInfo) -> TaskInfo:
+    def from_pb(cls, m: pb.TaskInfo) -> TaskInfo:
         return cls(
             id=m.id,
             status=status_text(m.status),
@@ -126,9 +126,9 @@ class TaskPage:
     unavailable_shards: tuple[str, ...] = ()
 
     @classmethod
-    def _from_pb(cls, m: pb.ListTasksResponse) -> TaskPage:
+    def from_pb(cls, m: pb.ListTasksResponse) -> TaskPage:
         return cls(
-            tasks=tuple(TaskInfo._from_pb(t) for t in m.tasks),
+            tasks=tuple(TaskInfo.from_pb(t) for t in m.tasks),
             next_after=m.next_after or None,
             unavailable_shards=tuple(m.unavailable_shards),
         )
@@ -147,7 +147,7 @@ class WorkerInfo:
     connected_at: float
 
     @classmethod
-    def _from_pb(cls, m: pb.WorkerInfo) -> WorkerInfo:
+    def from_pb(cls, m: pb.WorkerInfo) -> WorkerInfo:
         return cls(
             id=m.id,
             name=m.name,
@@ -173,7 +173,7 @@ class RecurringInfo:
     last_task_id: int | None
 
     @classmethod
-    def _from_pb(cls, m: pb.RecurringInfo) -> RecurringInfo:
+    def from_pb(cls, m: pb.RecurringInfo) -> RecurringInfo:
         return cls(
             name=m.name,
             cron=m.cron,
@@ -199,7 +199,7 @@ class Event:
     message: str
 
     @classmethod
-    def _from_pb(cls, m: pb.StatusEvent) -> Event:
+    def from_pb(cls, m: pb.StatusEvent) -> Event:
         return cls(
             id=m.id,
             pool=m.pool,
@@ -220,7 +220,7 @@ class WorkerGroup:
     busy: int
 
     @classmethod
-    def _from_pb(cls, m: pb.WorkerGroup) -> WorkerGroup:
+    def from_pb(cls, m: pb.WorkerGroup) -> WorkerGroup:
         return cls(labels=dict(m.labels), capacity=m.capacity, busy=m.busy)
 
 
@@ -254,7 +254,7 @@ class PoolSnapshot:
         return sum(self.pending_by_class)
 
     @classmethod
-    def _from_pb(cls, m: pb.PoolSnapshot) -> PoolSnapshot:
+    def from_pb(cls, m: pb.PoolSnapshot) -> PoolSnapshot:
         return cls(
             name=m.name,
             capacity=m.capacity,
@@ -275,7 +275,7 @@ class PoolSnapshot:
             wait_p99=m.wait_p99_s,
             cost=m.cost,
             workers_connected=m.workers_connected,
-            groups=tuple(WorkerGroup._from_pb(g) for g in m.groups),
+            groups=tuple(WorkerGroup.from_pb(g) for g in m.groups),
         )
 
 
@@ -298,7 +298,7 @@ class Totals:
     stale_completions: int = 0
 
     @classmethod
-    def _from_pb(cls, m: pb.Totals) -> Totals:
+    def from_pb(cls, m: pb.Totals) -> Totals:
         return cls(
             submitted=m.submitted,
             dispatched=m.dispatched,
@@ -335,13 +335,13 @@ class Snapshot:
         return None
 
     @classmethod
-    def _from_pb(cls, m: pb.SnapshotResponse) -> Snapshot:
+    def from_pb(cls, m: pb.SnapshotResponse) -> Snapshot:
         return cls(
-            pools=tuple(PoolSnapshot._from_pb(p) for p in m.pools),
+            pools=tuple(PoolSnapshot.from_pb(p) for p in m.pools),
             live_tasks=m.live_tasks,
             running=m.running,
             pending=m.pending,
-            totals=Totals._from_pb(m.totals),
+            totals=Totals.from_pb(m.totals),
             workers_connected=m.workers_connected,
             unavailable_shards=tuple(m.unavailable_shards),
         )
@@ -380,7 +380,7 @@ class Lease:
         return self.payload.decode("utf-8")
 
     @classmethod
-    def _from_pb(cls, m: pb.Lease, default_pool: str) -> Lease:
+    def from_pb(cls, m: pb.Lease, default_pool: str) -> Lease:
         # Built for every lease: positional arguments, and no copy of an empty tag map.
         tags = m.tags
         return cls(

@@ -334,7 +334,7 @@ class Worker:
         if len(self._running) >= limit:
             self._give_back(session, m.lease, "worker has no free slot")
             return
-        lease = Lease._from_pb(m, self.pool)
+        lease = Lease.from_pb(m, self.pool)
         record = RunningLease(lease, next(self._serials))
         self._running[lease.id] = record
         record.task = asyncio.create_task(self._serve_lease(session, record))

@@ -71,15 +71,15 @@ def test_defaults() -> None:
 
 
 def test_result_from_pb_and_helpers() -> None:
-    done = c.Result._from_pb(pb.TaskResult(id=3, status=pb.TASK_STATUS_SUCCEEDED, output=b'{"a": 1}',
+    done = c.Result.from_pb(pb.TaskResult(id=3, status=pb.TASK_STATUS_SUCCEEDED, output=b'{"a": 1}',
                                            output_available=True))  # fmt: skip
     assert done == c.Result(3, "succeeded", b'{"a": 1}', "", True)
     assert done.ok and done.json() == {"a": 1} and done.text() == '{"a": 1}'
 
-    empty = c.Result._from_pb(pb.TaskResult(id=4, status=pb.TASK_STATUS_SUCCEEDED, output=b""))
+    empty = c.Result.from_pb(pb.TaskResult(id=4, status=pb.TASK_STATUS_SUCCEEDED, output=b""))
     assert empty.output == b"" and empty.json() is None and empty.text() == ""
 
-    absent = c.Result._from_pb(pb.TaskResult(id=5, status=pb.TASK_STATUS_FAILED, message="boom"))
+    absent = c.Result.from_pb(pb.TaskResult(id=5, status=pb.TASK_STATUS_FAILED, message="boom"))
     assert absent.output is None and not absent.ok and absent.message == "boom"
     assert absent.text() == ""
     with pytest.raises(ValueError):
@@ -104,7 +104,7 @@ def test_result_from_pb_and_helpers() -> None:
     ],
 )
 def test_status_names_and_done(number: int, text: str) -> None:
-    info = c.TaskInfo._from_pb(pb.TaskInfo(id=1, status=number))  # type: ignore[arg-type]
+    info = c.TaskInfo.from_pb(pb.TaskInfo(id=1, status=number))  # type: ignore[arg-type]
     assert info.status == text
     assert info.done == (text in {"succeeded", "failed", "dead_lettered", "cancelled", "skipped", "missed", "shed"})
 
@@ -113,30 +113,30 @@ def test_task_info_from_pb() -> None:
     m = pb.TaskInfo(id=7, status=pb.TASK_STATUS_RUNNING, pool="p", key="k", kind="x", attempt=2, max_attempts=3,
                     created_unix_ns=1_500_000_000, started_unix_ns=0, message="m", output_available=False,
                     tenant="t", priority=pb.PRIORITY_LOW)  # fmt: skip
-    info = c.TaskInfo._from_pb(m)
+    info = c.TaskInfo.from_pb(m)
     assert info == c.TaskInfo(7, "running", "p", "k", "x", 2, 3, 1.5, 0.0, None, "m", False, "t", "low")
 
 
 def test_task_info_unspecified_priority_is_none() -> None:
-    assert c.TaskInfo._from_pb(pb.TaskInfo(id=1)).priority is None
+    assert c.TaskInfo.from_pb(pb.TaskInfo(id=1)).priority is None
 
 
 def test_task_page_from_pb() -> None:
-    page = c.TaskPage._from_pb(pb.ListTasksResponse(tasks=[pb.TaskInfo(id=1), pb.TaskInfo(id=2)], next_after=2,
+    page = c.TaskPage.from_pb(pb.ListTasksResponse(tasks=[pb.TaskInfo(id=1), pb.TaskInfo(id=2)], next_after=2,
                                                     unavailable_shards=["s1"]))  # fmt: skip
     assert [t.id for t in page.tasks] == [1, 2] and page.next_after == 2 and page.unavailable_shards == ("s1",)
-    assert c.TaskPage._from_pb(pb.ListTasksResponse()).next_after is None
+    assert c.TaskPage.from_pb(pb.ListTasksResponse()).next_after is None
 
 
 def test_submitted_from_pb() -> None:
     resp = pb.SubmitResponse(id=9, duplicate=True, result=pb.TaskResult(id=9, status=pb.TASK_STATUS_SUCCEEDED))
-    sub = c.Submitted._from_pb(resp)
+    sub = c.Submitted.from_pb(resp)
     assert sub.id == 9 and sub.duplicate and sub.result is not None and sub.result.status == "succeeded"
-    assert c.Submitted._from_pb(pb.SubmitResponse(id=1)).result is None
+    assert c.Submitted.from_pb(pb.SubmitResponse(id=1)).result is None
 
 
 def test_worker_info_from_pb() -> None:
-    w = c.WorkerInfo._from_pb(pb.WorkerInfo(id=4, name="w", pool="p", labels={"gpu": "a100"}, slots=8, busy=3,
+    w = c.WorkerInfo.from_pb(pb.WorkerInfo(id=4, name="w", pool="p", labels={"gpu": "a100"}, slots=8, busy=3,
                                             connected_unix_ns=2 * S + 250_000_000))  # fmt: skip
     assert w == c.WorkerInfo(4, "w", "p", {"gpu": "a100"}, 8, 3, 2.25)
 
@@ -152,20 +152,20 @@ def test_worker_info_from_pb() -> None:
     ],
 )
 def test_recurring_info_overlap(overlap: int, text: str) -> None:
-    r = c.RecurringInfo._from_pb(pb.RecurringInfo(name="n", overlap=overlap))  # type: ignore[arg-type]
+    r = c.RecurringInfo.from_pb(pb.RecurringInfo(name="n", overlap=overlap))  # type: ignore[arg-type]
     assert r.overlap == text
 
 
 def test_recurring_info_presence() -> None:
-    r = c.RecurringInfo._from_pb(pb.RecurringInfo(name="n", cron="* * * * *", tz="", pool="p", kind="k",
+    r = c.RecurringInfo.from_pb(pb.RecurringInfo(name="n", cron="* * * * *", tz="", pool="p", kind="k",
                                                   next_unix_ns=3 * S, last_task_id=0))  # fmt: skip
     assert r == c.RecurringInfo("n", "* * * * *", "", "p", "k", "skip", 3.0, 0)
-    bare = c.RecurringInfo._from_pb(pb.RecurringInfo(name="n"))
+    bare = c.RecurringInfo.from_pb(pb.RecurringInfo(name="n"))
     assert bare.next_at is None and bare.last_task_id is None
 
 
 def test_event_from_pb() -> None:
-    e = c.Event._from_pb(pb.StatusEvent(id=1, pool="p", key="k", status=pb.TASK_STATUS_FAILED, attempt=2,
+    e = c.Event.from_pb(pb.StatusEvent(id=1, pool="p", key="k", status=pb.TASK_STATUS_FAILED, attempt=2,
                                         at_unix_ns=S // 2, message="x"))  # fmt: skip
     assert e == c.Event(1, "p", "k", "failed", 2, 0.5, "x")
 
@@ -177,7 +177,7 @@ def test_snapshot_from_pb() -> None:
                            wait_p90_s=0.2, wait_p99_s=0.3, cost=1.25, workers_connected=2,
                            groups=[pb.WorkerGroup(labels={"a": "b"}, capacity=4, busy=1)])  # fmt: skip
     totals = pb.Totals(**{name: i + 1 for i, name in enumerate(FIELD_ORDER[c.Totals].split())})
-    snap = c.Snapshot._from_pb(pb.SnapshotResponse(pools=[pool], live_tasks=5, running=1, pending=10, totals=totals,
+    snap = c.Snapshot.from_pb(pb.SnapshotResponse(pools=[pool], live_tasks=5, running=1, pending=10, totals=totals,
                                                    workers_connected=2, unavailable_shards=["x"]))  # fmt: skip
     p = snap.pool("p")
     assert p is not None and snap.pool("nope") is None
@@ -193,7 +193,7 @@ def test_lease_from_pb_presence_and_defaults() -> None:
     m = pb.Lease(lease=11, task_id=5, attempt=2, payload=b'{"q": 1}', content_type="application/json", kind="k",
                  key="key", tags={"traceparent": "00-x"}, timeout_s=3.0, deadline_unix_ns=4 * S, pool="",
                  priority=pb.PRIORITY_HIGH, lease_ttl_s=1.5)  # fmt: skip
-    lease = c.Lease._from_pb(m, "default-pool")
+    lease = c.Lease.from_pb(m, "default-pool")
     assert (lease.id, lease.task_id, lease.attempt) == (11, 5, 2)
     assert lease.pool == "default-pool" and lease.priority == "high"
     assert (lease.timeout, lease.deadline, lease.lease_ttl) == (3.0, 4.0, 1.5)
@@ -201,7 +201,7 @@ def test_lease_from_pb_presence_and_defaults() -> None:
     assert lease.json() == {"q": 1} and lease.text() == '{"q": 1}'
     assert not lease.cancelled.is_set()
 
-    bare = c.Lease._from_pb(pb.Lease(lease=1, pool="own"), "fallback")
+    bare = c.Lease.from_pb(pb.Lease(lease=1, pool="own"), "fallback")
     assert bare.pool == "own" and bare.priority is None
     assert bare.timeout is None and bare.deadline is None and bare.lease_ttl is None
     assert bare.json() is None and bare.text() == ""
