@@ -5,9 +5,7 @@ knows. ``load_placements`` seeds it with the configuration file's placements whe
 (insert-if-absent, so replicas starting together agree) and returns what the store holds.
 ``advance_placement`` moves one pool's placement forward (never back).
 
-The table sits beside the migrated ones and is created here if absent (in the same transaction as
-the seeding, under the store's migration lock on Postgres), so that a build without pool moves
-never sees it and its schema version is untouched.
+The table is created by schema migration 7 (``_schema.py``), which every opened store has run.
 """
 
 from __future__ import annotations
@@ -27,19 +25,6 @@ Placements = dict[str, tuple[str, int]]
 
 MAX_NAME = 200
 MAX_VERSION = 2**62
-
-_SQLITE_DDL = (
-    "CREATE TABLE IF NOT EXISTS cronoq_topology ("
-    " pool TEXT PRIMARY KEY,"
-    " shard TEXT NOT NULL,"
-    " version INTEGER NOT NULL CHECK (version >= 1))"
-)
-_PG_DDL = (
-    "CREATE TABLE IF NOT EXISTS {s}.cronoq_topology ("
-    " pool text PRIMARY KEY,"
-    " shard text NOT NULL,"
-    " version bigint NOT NULL CHECK (version >= 1))"
-)
 
 
 def _checked(rows: list[Any]) -> Placements:
@@ -84,8 +69,6 @@ async def read_placements(store: Any) -> Placements:
     if isinstance(store, PostgresStore):
         s = quote_schema(store.schema)
         async with pg_connection(store) as conn:
-            if await conn.fetchval("SELECT to_regclass($1)", f"{s}.cronoq_topology") is None:
-                return {}
             rows = await conn.fetch(f"SELECT pool, shard, version FROM {s}.cronoq_topology")
         return _checked([(row["pool"], row["shard"], row["version"]) for row in rows])
     raise TypeError(f"{type(store).__name__} keeps no durable placements")
@@ -103,8 +86,6 @@ async def placement_reader(store: Any) -> AsyncIterator[Callable[[], Awaitable[P
     async with pg_connection(store) as conn:
 
         async def read() -> Placements:
-            if await conn.fetchval("SELECT to_regclass($1)", f"{s}.cronoq_topology") is None:
-                return {}
             rows = await conn.fetch(f"SELECT pool, shard, version FROM {s}.cronoq_topology")
             return _checked([(row["pool"], row["shard"], row["version"]) for row in rows])
 
@@ -115,10 +96,7 @@ def _sqlite_read(path: str) -> Placements:
     try:
         conn = _sqlite_connect(path)
         try:
-            if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'cronoq_topology'").fetchone():
-                rows = conn.execute("SELECT pool, shard, version FROM cronoq_topology").fetchall()
-            else:
-                rows = []
+            rows = conn.execute("SELECT pool, shard, version FROM cronoq_topology").fetchall()
         finally:
             conn.close()
     except sqlite3.Error as exc:
@@ -153,7 +131,6 @@ def _sqlite_load(path: str, seed: Placements) -> Placements:
         conn = _sqlite_connect(path)
         try:
             conn.execute("BEGIN IMMEDIATE")
-            conn.execute(_SQLITE_DDL)
             conn.executemany(
                 "INSERT INTO cronoq_topology (pool, shard, version) VALUES (?, ?, ?) ON CONFLICT (pool) DO NOTHING",
                 [(pool, shard, version) for pool, (shard, version) in seed.items()],
@@ -172,7 +149,6 @@ def _sqlite_advance(path: str, pool: str, shard: str, version: int) -> bool:
         conn = _sqlite_connect(path)
         try:
             conn.execute("BEGIN IMMEDIATE")
-            conn.execute(_SQLITE_DDL)
             changed = conn.execute(
                 "INSERT INTO cronoq_topology (pool, shard, version) VALUES (?, ?, ?)"
                 " ON CONFLICT (pool) DO UPDATE SET shard = excluded.shard, version = excluded.version"
@@ -212,7 +188,6 @@ async def _pg_load(store: Any, seed: Placements) -> Placements:
     pools = list(seed)
     async with pg_connection(store) as conn, conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", lock_key(store.schema, "migrate"))
-        await conn.execute(_PG_DDL.format(s=s))
         await conn.execute(
             f"INSERT INTO {s}.cronoq_topology (pool, shard, version)"
             f" SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[]) ON CONFLICT (pool) DO NOTHING",
@@ -230,7 +205,6 @@ async def _pg_advance(store: Any, pool: str, shard: str, version: int) -> bool:
     s = quote_schema(store.schema)
     async with pg_connection(store) as conn, conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", lock_key(store.schema, "migrate"))
-        await conn.execute(_PG_DDL.format(s=s))
         status = await conn.execute(
             f"INSERT INTO {s}.cronoq_topology (pool, shard, version) VALUES ($1, $2, $3)"
             f" ON CONFLICT (pool) DO UPDATE SET shard = excluded.shard, version = excluded.version"

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ._schema import POOL_MOVES_VERSION
 from .base import Corrupt, Fenced, StoreError, Unavailable
 from .placements import MAX_NAME, pg_connection
 
@@ -45,25 +46,6 @@ __all__ = [
 
 PHASES = ("requested", "done", "refused", "aborted")
 _U64 = (1 << 64) - 1
-
-_SQLITE_DDL = (
-    "CREATE TABLE IF NOT EXISTS cronoq_moves ("
-    " pool TEXT PRIMARY KEY, move_id TEXT NOT NULL, target TEXT NOT NULL, version INTEGER NOT NULL,"
-    " phase TEXT NOT NULL, message TEXT NOT NULL DEFAULT '', updated_at INTEGER NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS cronoq_forwarded ("
-    " id INTEGER PRIMARY KEY, pool TEXT NOT NULL, shard TEXT NOT NULL, version INTEGER NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS cronoq_topology ("
-    " pool TEXT PRIMARY KEY, shard TEXT NOT NULL, version INTEGER NOT NULL CHECK (version >= 1))",
-)
-_PG_DDL = (
-    "CREATE TABLE IF NOT EXISTS {s}.cronoq_moves ("
-    " pool text PRIMARY KEY, move_id text NOT NULL, target text NOT NULL, version bigint NOT NULL,"
-    " phase text NOT NULL, message text NOT NULL DEFAULT '', updated_at bigint NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS {s}.cronoq_forwarded ("
-    " id bigint PRIMARY KEY, pool text NOT NULL, shard text NOT NULL, version bigint NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS {s}.cronoq_topology ("
-    " pool text PRIMARY KEY, shard text NOT NULL, version bigint NOT NULL CHECK (version >= 1))",
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +78,13 @@ def _move(row: Sequence[Any]) -> MoveRow:
     return MoveRow(pool, str(move_id), target, version, phase, str(message), int(updated_at))
 
 
+def _not_ready(target: str, version: int) -> Unavailable:
+    return Unavailable(
+        f"the store of shard {target!r} is at schema version {version}, a pool move needs {POOL_MOVES_VERSION}:"
+        " start a server of that shard (it migrates its store), then the move goes on"
+    )
+
+
 def _kind(store: Any) -> str:
     from .postgres import PostgresStore
     from .sqlite import SqliteStore
@@ -118,8 +107,6 @@ async def read_moves(store: Any) -> dict[str, MoveRow]:
 
     s = quote_schema(store.schema)
     async with pg_connection(store) as conn:
-        for ddl in _PG_DDL:
-            await conn.execute(ddl.format(s=s))
         rows = await conn.fetch(
             f"SELECT pool, move_id, target, version, phase, message, updated_at FROM {s}.cronoq_moves"
         )
@@ -135,8 +122,6 @@ async def request_move(store: Any, epoch: int, row: MoveRow) -> MoveRow:
 
     s = quote_schema(store.schema)
     async with pg_connection(store) as conn, conn.transaction():
-        for ddl in _PG_DDL:
-            await conn.execute(ddl.format(s=s))
         if await conn.fetchval(fence_sql(s), epoch, store.holder) is None:
             raise Fenced(f"epoch {epoch} no longer leads schema {store.schema}")
         found = await conn.fetchrow(
@@ -195,8 +180,6 @@ async def forwarded_to(store: Any, task_id: int) -> tuple[str, str, int] | None:
 
     s = quote_schema(store.schema)
     async with pg_connection(store) as conn:
-        if await conn.fetchval("SELECT to_regclass($1)", f"{s}.cronoq_forwarded") is None:
-            return None
         row = await conn.fetchrow(
             f"SELECT pool, shard, version FROM {s}.cronoq_forwarded WHERE id = $1", _db_id(task_id)
         )
@@ -306,8 +289,6 @@ def _sqlite_read_moves(path: str) -> dict[str, MoveRow]:
     def work() -> dict[str, MoveRow]:
         conn = _sqlite(path)
         try:
-            for ddl in _SQLITE_DDL:
-                conn.execute(ddl)
             rows = conn.execute(
                 "SELECT pool, move_id, target, version, phase, message, updated_at FROM cronoq_moves"
             ).fetchall()
@@ -325,8 +306,6 @@ def _sqlite_request(path: str, holder: str, epoch: int, row: MoveRow) -> MoveRow
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                for ddl in _SQLITE_DDL:
-                    conn.execute(ddl)
                 _sqlite_fence(conn, holder, epoch)
                 found = conn.execute(
                     "SELECT pool, move_id, target, version, phase, message, updated_at FROM cronoq_moves"
@@ -384,16 +363,9 @@ def _sqlite_forwarded(path: str, task_id: int) -> tuple[str, str, int] | None:
     def work() -> tuple[str, str, int] | None:
         conn = _sqlite(path)
         try:
-            exists = conn.execute(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'cronoq_forwarded'"
+            row = conn.execute(
+                "SELECT pool, shard, version FROM cronoq_forwarded WHERE id = ?", (_db_id(task_id),)
             ).fetchone()
-            row = (
-                conn.execute(
-                    "SELECT pool, shard, version FROM cronoq_forwarded WHERE id = ?", (_db_id(task_id),)
-                ).fetchone()
-                if exists
-                else None
-            )
         finally:
             conn.close()
         return None if row is None else (str(row[0]), str(row[1]), int(row[2]))
@@ -432,8 +404,7 @@ def _sqlite_transfer(path: str, holder: str, epoch: int, move: MoveRow, source_s
             # The target's half: rows it does not have yet, and the new placement.
             target.execute("BEGIN IMMEDIATE")
             try:
-                for ddl in _SQLITE_DDL:
-                    target.execute(ddl)
+                _sqlite_check_target(target, move.target)
                 present = {
                     row[0]
                     for row in target.execute("SELECT id FROM cronoq_tasks WHERE pool = ?", (move.pool,)).fetchall()
@@ -484,8 +455,6 @@ def _sqlite_transfer(path: str, holder: str, epoch: int, move: MoveRow, source_s
             source.execute("BEGIN IMMEDIATE")
             try:
                 _sqlite_fence(source, holder, epoch)
-                for ddl in _SQLITE_DDL:
-                    source.execute(ddl)
                 source.executemany(
                     "INSERT OR IGNORE INTO cronoq_forwarded (id, pool, shard, version) VALUES (?, ?, ?, ?)",
                     [(task_id, move.pool, move.target, move.version) for task_id in ids],
@@ -511,6 +480,16 @@ def _sqlite_transfer(path: str, holder: str, epoch: int, move: MoveRow, source_s
     return result
 
 
+def _sqlite_check_target(conn: sqlite3.Connection, target: str) -> None:
+    """The target's file must have been opened by this build (it has the move tables then)."""
+    try:
+        version = conn.execute("SELECT coalesce(max(version), 0) FROM cronoq_schema_version").fetchone()[0]
+    except sqlite3.OperationalError:  # no such table: the file was never opened as a store
+        version = 0
+    if version < POOL_MOVES_VERSION:
+        raise _not_ready(target, version)
+
+
 def _sqlite_place(conn: sqlite3.Connection, move: MoveRow) -> None:
     conn.execute(
         "INSERT INTO cronoq_topology (pool, shard, version) VALUES (?, ?, ?)"
@@ -533,6 +512,17 @@ async def _pg_columns(conn: Any, schema: str, table: str) -> list[str]:
     return [str(row["column_name"]) for row in rows]
 
 
+async def _pg_check_target(conn: Any, schema: str, target: str) -> None:
+    from .postgres import quote_schema
+
+    table = f"{quote_schema(schema)}.cronoq_schema_version"
+    version = 0
+    if await conn.fetchval("SELECT to_regclass($1)", table) is not None:
+        version = await conn.fetchval(f"SELECT coalesce(max(version), 0) FROM {table}")
+    if version < POOL_MOVES_VERSION:
+        raise _not_ready(target, version)
+
+
 async def _pg_transfer(store: Any, epoch: int, move: MoveRow, source_shard: str, target_schema: str,
                        template_pool: Callable[[str], str | None]) -> Transferred:  # fmt: skip
     from .postgres import fence_sql, quote_schema
@@ -541,9 +531,7 @@ async def _pg_transfer(store: Any, epoch: int, move: MoveRow, source_shard: str,
     async with pg_connection(store) as conn, conn.transaction():
         if await conn.fetchval(fence_sql(s), epoch, store.holder) is None:
             raise Fenced(f"epoch {epoch} no longer leads schema {store.schema}")
-        for ddl in _PG_DDL:
-            await conn.execute(ddl.format(s=s))
-            await conn.execute(ddl.format(s=t))
+        await _pg_check_target(conn, target_schema, move.target)
         task_cols = ", ".join(f'"{c}"' for c in await _pg_columns(conn, store.schema, "cronoq_tasks"))
         rec_cols = ", ".join(f'"{c}"' for c in await _pg_columns(conn, store.schema, "cronoq_recurring"))
         # Postgres numbers transitions by the commit that logged them (no table-wide key): kept as is.
