@@ -1,19 +1,22 @@
 """Handing a pool's rows from one shard's store to another's (``docs/pool-moves.md``).
 
 The source shard keeps ``cronoq_moves`` (the latest move of each pool: its id, target, version,
-phase) and ``cronoq_forwarded`` (ids handed over, and where to). A move is requested by the
-source's leader (``request_move``, fenced by its epoch); the next leader of the source carries it
-out before it recovers the store (``transfer``), while no engine runs on the source:
+phase) and ``cronoq_forwarded`` (ids handed over, and where to). A move is recorded by the
+source's leader (``request_move``, fenced by its epoch; phase ``draining`` while the pool's running
+attempts end, then ``requested``); the next leader of the source carries it out before it recovers
+the store (``transfer``), while no engine runs on the source:
 
 * Postgres (both schemas in one database): one transaction, fenced by the source's epoch, copies
   the pool's task rows (with their status transitions) and schedules into the target's schema,
   deletes them from the source, records where the ids went, writes the new placement into both
   records and marks the move done. It commits whole or not at all.
-* SQLite (two files, no atomic commit across them in WAL mode): the target's file is written
-  first (rows inserted if absent, the new placement), then the source's (fenced: rows deleted,
-  forwarding records, placement, move done). A crash in between leaves the move ``requested``:
-  the next leader of the source repeats it, the target's half being a no-op the second time. The
-  source never leads with a requested move pending, so only the target can serve the pool.
+* SQLite (two files, no atomic commit across them in WAL mode): the source marks the move
+  ``transferring`` (fenced), then the target's file is written (rows inserted if absent, the new
+  placement), then the source's (fenced: rows deleted, forwarding records, placement, move done).
+  A crash in between leaves the move ``transferring``: the next leader of the source repeats it,
+  the target's half being a no-op the second time, and it can no longer be aborted (the target
+  may own the pool already). The source never leads with a move pending past ``draining``, so
+  only the target can serve the pool.
 
 Before anything is written the move is checked against both stores: live dependency edges between
 the pool and other pools of the source, keys of the pool already used in the target, schedule
@@ -35,6 +38,7 @@ from .base import Corrupt, Fenced, StoreError, Unavailable
 from .placements import MAX_NAME, pg_connection
 
 __all__ = [
+    "ACTIVE",
     "MoveRefused",
     "MoveRow",
     "forwarded_to",
@@ -44,7 +48,9 @@ __all__ = [
     "transfer",
 ]
 
-PHASES = ("requested", "done", "refused", "aborted")
+PHASES = ("draining", "requested", "transferring", "done", "refused", "aborted")
+ACTIVE = ("draining", "requested", "transferring")
+"""The phases of a move not carried out yet (a pool has at most one such move)."""
 _U64 = (1 << 64) - 1
 
 
@@ -114,8 +120,8 @@ async def read_moves(store: Any) -> dict[str, MoveRow]:
 
 
 async def request_move(store: Any, epoch: int, row: MoveRow) -> MoveRow:
-    """Record ``row`` (phase ``requested``) unless a move of that pool is already requested, which
-    is returned instead. Fenced: ``Fenced`` if ``epoch`` no longer leads the store."""
+    """Record ``row`` unless a move of that pool is already under way (a phase of ``ACTIVE``),
+    which is returned instead. Fenced: ``Fenced`` if ``epoch`` no longer leads the store."""
     if _kind(store) == "sqlite":
         return await asyncio.to_thread(_sqlite_request, str(store.path), store.holder, epoch, row)
     from .postgres import fence_sql, quote_schema
@@ -129,7 +135,7 @@ async def request_move(store: Any, epoch: int, row: MoveRow) -> MoveRow:
             " WHERE pool = $1 FOR UPDATE",
             row.pool,
         )
-        if found is not None and found["phase"] == "requested":
+        if found is not None and found["phase"] in ACTIVE:
             return _move(tuple(found))
         await conn.execute(
             f"INSERT INTO {s}.cronoq_moves (pool, move_id, target, version, phase, message, updated_at)"
@@ -147,12 +153,13 @@ async def request_move(store: Any, epoch: int, row: MoveRow) -> MoveRow:
     return row
 
 
-async def set_move_phase(store: Any, epoch: int, pool: str, move_id: str, phase: str, message: str, now: int) -> bool:
-    """Move ``pool``'s move ``move_id`` from ``requested`` to ``phase`` (fenced); whether it was
-    still requested."""
+async def set_move_phase(store: Any, epoch: int, pool: str, move_id: str, phase: str, message: str, now: int,
+                         expected: Sequence[str] = ACTIVE) -> bool:  # fmt: skip
+    """Move ``pool``'s move ``move_id`` from one of the ``expected`` phases to ``phase`` (fenced);
+    whether it was in one of them."""
     if _kind(store) == "sqlite":
         return await asyncio.to_thread(
-            _sqlite_set_phase, str(store.path), store.holder, epoch, pool, move_id, phase, message, now
+            _sqlite_set_phase, str(store.path), store.holder, epoch, pool, move_id, phase, message, now, list(expected)
         )
     from .postgres import fence_sql, quote_schema
 
@@ -162,12 +169,13 @@ async def set_move_phase(store: Any, epoch: int, pool: str, move_id: str, phase:
             raise Fenced(f"epoch {epoch} no longer leads schema {store.schema}")
         status = await conn.execute(
             f"UPDATE {s}.cronoq_moves SET phase = $3, message = $4, updated_at = $5"
-            " WHERE pool = $1 AND move_id = $2 AND phase = 'requested'",
+            " WHERE pool = $1 AND move_id = $2 AND phase = ANY($6::text[])",
             pool,
             move_id,
             phase,
             message,
             now,
+            list(expected),
         )
     return bool(status.endswith(" 1"))
 
@@ -312,7 +320,7 @@ def _sqlite_request(path: str, holder: str, epoch: int, row: MoveRow) -> MoveRow
                     " WHERE pool = ?",
                     (row.pool,),
                 ).fetchone()
-                if found is not None and found[4] == "requested":
+                if found is not None and found[4] in ACTIVE:
                     conn.execute("ROLLBACK")
                     return _move(found)
                 conn.execute(
@@ -334,7 +342,7 @@ def _sqlite_request(path: str, holder: str, epoch: int, row: MoveRow) -> MoveRow
 
 
 def _sqlite_set_phase(path: str, holder: str, epoch: int, pool: str, move_id: str, phase: str, message: str,
-                      now: int) -> bool:  # fmt: skip
+                      now: int, expected: list[str]) -> bool:  # fmt: skip
     def work() -> bool:
         conn = _sqlite(path)
         try:
@@ -343,8 +351,8 @@ def _sqlite_set_phase(path: str, holder: str, epoch: int, pool: str, move_id: st
                 _sqlite_fence(conn, holder, epoch)
                 changed = conn.execute(
                     "UPDATE cronoq_moves SET phase = ?, message = ?, updated_at = ?"
-                    " WHERE pool = ? AND move_id = ? AND phase = 'requested'",
-                    (phase, message, now, pool, move_id),
+                    f" WHERE pool = ? AND move_id = ? AND phase IN ({', '.join('?' for _ in expected)})",
+                    (phase, message, now, pool, move_id, *expected),
                 ).rowcount
                 conn.execute("COMMIT")
             except BaseException:
@@ -400,6 +408,20 @@ def _sqlite_transfer(path: str, holder: str, epoch: int, move: MoveRow, source_s
             ]
             names = [row[0] for row in schedules]
             tran_cols = [c for c in _columns(source, "cronoq_task_transitions") if c != "seq"]
+
+            # From here on the target may hold the pool: the move can no longer be aborted.
+            source.execute("BEGIN IMMEDIATE")
+            try:
+                _sqlite_fence(source, holder, epoch)
+                source.execute(
+                    "UPDATE cronoq_moves SET phase = 'transferring' WHERE pool = ? AND move_id = ?",
+                    (move.pool, move.move_id),
+                )
+                source.execute("COMMIT")
+            except BaseException:
+                if source.in_transaction:
+                    source.execute("ROLLBACK")
+                raise
 
             # The target's half: rows it does not have yet, and the new placement.
             target.execute("BEGIN IMMEDIATE")
