@@ -329,6 +329,7 @@ async def test_running_attempts_finish_on_the_source_and_a_draining_move_can_be_
         worker = Worker(cluster["s1"].address, "p1", handler, slots=1, token=WORKER_TOKEN, backoff=(0.05, 0.3))
         running = asyncio.ensure_future(worker.run())
         try:
+            child = 0
             first = await submit_retrying(tasks, pb.TaskSpec(pool="p1"))
             assert await asyncio.wait_for(started.get(), 30) == (first, 1)
             status = await console.MovePool(cpb.MovePoolRequest(pool="p1", to="s2"), metadata=ADMIN)
@@ -361,6 +362,13 @@ async def test_running_attempts_finish_on_the_source_and_a_draining_move_can_be_
             for task_id in (first, second):  # one attempt each: none was cut off and retried
                 info = await tasks.Get(pb.GetRequest(task=pb.TaskRef(id=task_id)), metadata=CLIENT)
                 assert (info.status, info.attempt) == (pb.TASK_STATUS_SUCCEEDED, 1)
+            # A task may depend on a moved one: its id names s1, but s2 holds it now.
+            child = await submit_retrying(
+                tasks, pb.TaskSpec(pool="p1", deps=[pb.Dep(target=pb.TaskRef(id=second), cond=pb.EDGE_COND_ON_SUCCESS)])
+            )
+            assert child >> SHARD_BITS == 2
+            release[child].set()
+            assert (await wait_done(tasks, child)).status == pb.TASK_STATUS_SUCCEEDED
             with pytest.raises(grpc.aio.AioRpcError) as done:  # the target owns it, and has no move of it
                 await console.AbortMove(cpb.MoveRequest(pool="p1"), metadata=ADMIN)
             assert done.value.code() is grpc.StatusCode.FAILED_PRECONDITION
@@ -370,4 +378,5 @@ async def test_running_attempts_finish_on_the_source_and_a_draining_move_can_be_
             running.cancel()
             with contextlib.suppress(BaseException):
                 await running
-    assert started.empty()  # nothing ran twice
+    assert started.qsize() == 1  # the child; nothing ran twice
+    assert started.get_nowait() == (child, 1)
