@@ -14,11 +14,21 @@ import asyncio
 import contextlib
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from .base import Corrupt, Unavailable
 
-__all__ = ["Placements", "advance_placement", "load_placements", "placement_reader", "read_placements"]
+__all__ = [
+    "NOTIFY_CHANNEL",
+    "PlacementWatch",
+    "Placements",
+    "advance_placement",
+    "load_placements",
+    "notify_sql",
+    "placement_watch",
+    "read_placements",
+]
 
 Placements = dict[str, tuple[str, int]]
 """pool -> (shard, version)"""
@@ -74,22 +84,56 @@ async def read_placements(store: Any) -> Placements:
     raise TypeError(f"{type(store).__name__} keeps no durable placements")
 
 
+NOTIFY_CHANNEL = "cronoq_placements"
+"""Postgres channel a commit that changes a schema's placements notifies, with the schema's name."""
+
+
+def notify_sql(schema_param: str) -> str:
+    """The statement, inside a transaction that changes placements, that tells the listeners of
+    the schema named by ``schema_param`` (delivered when it commits)."""
+    return f"SELECT pg_notify('{NOTIFY_CHANNEL}', {schema_param})"
+
+
+@dataclass(slots=True)
+class PlacementWatch:
+    """Reads of a store's placements, and a wait for their next change: on Postgres a
+    notification (``LISTEN`` on the one connection it keeps), elsewhere just the timeout."""
+
+    read: Callable[[], Awaitable[Placements]]
+    changed: asyncio.Event
+    notified: bool
+    """Whether changes are notified (Postgres): then polls are only a slow fallback."""
+
+    async def wait(self, timeout: float) -> None:
+        """Until a change was notified, or ``timeout`` seconds."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.changed.wait(), timeout)
+        self.changed.clear()
+
+
 @contextlib.asynccontextmanager
-async def placement_reader(store: Any) -> AsyncIterator[Callable[[], Awaitable[Placements]]]:
-    """``read_placements`` for frequent reads: on Postgres over one connection kept open."""
+async def placement_watch(store: Any) -> AsyncIterator[PlacementWatch]:
+    """``read_placements`` for frequent reads, told of changes when the store can (Postgres)."""
     from .postgres import PostgresStore, quote_schema
 
     if not isinstance(store, PostgresStore):
-        yield lambda: read_placements(store)
+        yield PlacementWatch(lambda: read_placements(store), asyncio.Event(), notified=False)
         return
     s = quote_schema(store.schema)
     async with pg_connection(store) as conn:
+        watch = PlacementWatch(lambda: _pg_read(conn, s), asyncio.Event(), notified=True)
 
-        async def read() -> Placements:
-            rows = await conn.fetch(f"SELECT pool, shard, version FROM {s}.cronoq_topology")
-            return _checked([(row["pool"], row["shard"], row["version"]) for row in rows])
+        def heard(_conn: Any, _pid: int, _channel: str, payload: str) -> None:
+            if payload == store.schema:
+                watch.changed.set()
 
-        yield read
+        await conn.add_listener(NOTIFY_CHANNEL, heard)
+        yield watch
+
+
+async def _pg_read(conn: Any, s: str) -> Placements:
+    rows = await conn.fetch(f"SELECT pool, shard, version FROM {s}.cronoq_topology")
+    return _checked([(row["pool"], row["shard"], row["version"]) for row in rows])
 
 
 def _sqlite_read(path: str) -> Placements:
@@ -213,4 +257,5 @@ async def _pg_advance(store: Any, pool: str, shard: str, version: int) -> bool:
             shard,
             version,
         )
+        await conn.execute(notify_sql("$1"), store.schema)
     return bool(status.endswith(" 1"))

@@ -35,7 +35,7 @@ from typing import Any
 
 from ._schema import POOL_MOVES_VERSION
 from .base import Corrupt, Fenced, StoreError, Unavailable
-from .placements import MAX_NAME, pg_connection
+from .placements import MAX_NAME, notify_sql, pg_connection
 
 __all__ = [
     "ACTIVE",
@@ -627,4 +627,6 @@ async def _pg_transfer(store: Any, epoch: int, move: MoveRow, source_shard: str,
             move.pool,
             move.move_id,
         )
+        for schema in (store.schema, target_schema):  # both leaders learn it at the commit
+            await conn.execute(notify_sql("$1"), schema)
     return Transferred(int(moved), len(names))

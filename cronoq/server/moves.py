@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable
 
 from cronoq.stores.base import Store
-from cronoq.stores.placements import placement_reader
+from cronoq.stores.placements import placement_watch
 from cronoq.stores.pool_moves import (
     ACTIVE,
     MoveRefused,
@@ -35,11 +35,15 @@ __all__ = ["ABORTABLE", "PLACEMENT_POLL_S", "PoolMoves"]
 log = logging.getLogger("cronoq.server")
 
 PLACEMENT_POLL_S = 0.2
-"""How often a leader reads its shard's placements to notice a pool handed to it."""
+"""How often a leader reads its shard's placements to notice a pool handed to it (SQLite)."""
+NOTIFIED_POLL_S = 5.0
+"""The same on Postgres, where each change is notified: a fallback only."""
 ABORTABLE = ("draining", "requested")
 """The phases a move can be aborted in: nothing has reached the target yet."""
 HANDOVER_PAUSE_S = 3 * PLACEMENT_POLL_S
 """How long the source waits after a handover before it leads again (see ``carry_out``)."""
+NOTIFIED_HANDOVER_PAUSE_S = 0.1
+"""The same on Postgres, where the target's leader is notified by the handover's commit."""
 
 
 def template_pool(spec_text: object) -> str | None:
@@ -64,6 +68,10 @@ class PoolMoves:
         self.shard = shard
         self.namespace_of = namespace_of
         self.clock = clock
+        from cronoq.stores.postgres import PostgresStore
+
+        self.notified = isinstance(store, PostgresStore)
+        """Whether the target's leader is notified of a handover (Postgres), or polls (SQLite)."""
 
     async def carry_out(self, epoch: int) -> None:
         """Carry out the moves requested of this shard (the store is led with ``epoch`` and no
@@ -87,7 +95,7 @@ class PoolMoves:
                      done.schedules)  # fmt: skip
             # Give the target's leader time to notice (``watch``) before this shard starts sending
             # the pool's callers and workers there: until it does, it would send them back.
-            await asyncio.sleep(HANDOVER_PAUSE_S)
+            await asyncio.sleep(NOTIFIED_HANDOVER_PAUSE_S if self.notified else HANDOVER_PAUSE_S)
 
     async def request(self, epoch: int, pool: str, target: str, version: int) -> tuple[MoveRow, bool]:
         """Record a move of ``pool`` (fenced by ``epoch``); the move and whether it is new (False:
@@ -116,13 +124,15 @@ class PoolMoves:
     async def watch(self, serving: frozenset[str], known: frozenset[str],
                     changed: Callable[[frozenset[str]], None]) -> None:  # fmt: skip
         """Until cancelled: call ``changed`` with the pools of ``known`` the shard's record places
-        on it, once they are other than ``serving`` (a pool handed to it, or given away)."""
+        on it, once they are other than ``serving`` (a pool handed to it, or given away). On
+        Postgres the commit that changes the record notifies; the record is read again at once,
+        and every ``NOTIFIED_POLL_S`` in case a notification was missed."""
         while True:
             try:
-                async with placement_reader(self.store) as read:
+                async with placement_watch(self.store) as watch:
+                    every = NOTIFIED_POLL_S if watch.notified else PLACEMENT_POLL_S
                     while True:
-                        await asyncio.sleep(PLACEMENT_POLL_S)
-                        placements = await read()
+                        placements = await watch.read()
                         placed = frozenset(pool for pool, (shard, _) in placements.items()
                                            if shard == self.shard and pool in known)  # fmt: skip
                         if placements and placed != serving:
@@ -130,6 +140,7 @@ class PoolMoves:
                                      sorted(placed))  # fmt: skip
                             changed(placed)
                             return
+                        await watch.wait(every)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the store's own troubles are noticed by the driver

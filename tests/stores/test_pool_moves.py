@@ -4,6 +4,7 @@ its lease moves nothing of the source, and a refused move changes nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 from collections.abc import AsyncIterator
@@ -16,7 +17,7 @@ from cronoq.engine.actions import PutRecurring, PutTask, TaskRecord
 from cronoq.engine.types import Dep, RecurringSpec, TaskSpec, TaskStatus
 from cronoq.stores import Fenced, Unavailable
 from cronoq.stores import _schema as schema_mod
-from cronoq.stores.placements import load_placements, read_placements
+from cronoq.stores.placements import load_placements, placement_watch, read_placements
 from cronoq.stores.pool_moves import MoveRefused, MoveRow, forwarded_to, read_moves, request_move, transfer
 from cronoq.stores.postgres import apply_migrations as pg_migrations
 from cronoq.stores.sqlite import apply_migrations as sqlite_migrations
@@ -81,12 +82,15 @@ async def test_a_move_interrupted_half_way_is_carried_out_once_by_the_next_leade
     assert await rows(successor) == {S1 + 1: "p1", S1 + 2: "p1", S1 + 3: "default"}
     assert (await read_moves(successor))["p1"].phase == "requested"
     assert (await read_placements(successor))["p1"] == ("s1", 1)
-    # SQLite writes the target's half first (no commit spans two files): it is there already, and
-    # the next attempt must not add it twice. Postgres moved nothing (one transaction).
-    expected = {S1 + 1: "p1", S1 + 2: "p1"} if source_db.kind == "sqlite" else {}
-    assert await rows(target) == expected
+    # Nothing reached the target: Postgres moves in one transaction, and SQLite marks the move
+    # ``transferring`` (fenced) before it writes the target's file.
+    assert await rows(target) == {}
 
-    done = await transfer(successor, new_epoch, MOVE, "s1", namespace(target_db), pool_of_template)
+    async with placement_watch(target) as watch:
+        done = await transfer(successor, new_epoch, MOVE, "s1", namespace(target_db), pool_of_template)
+        if watch.notified:  # Postgres: the target's leader hears of the handover at its commit
+            await asyncio.wait_for(watch.changed.wait(), 30)
+        assert (await watch.read())["p1"] == ("s2", 2)
     assert (done.tasks, done.schedules) == (2, 1)
     # Repeating it (a crash right after) finds nothing more to do and changes nothing.
     assert (await transfer(successor, new_epoch, MOVE, "s1", namespace(target_db), pool_of_template)).tasks == 0
