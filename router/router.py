@@ -653,10 +653,13 @@ class Router:
         sources: list[AsyncIterator[pb.StatusEvent]] = []
         calls: list[Any] = []
         missing: list[str] = []
+        # Once a pool has moved, an id's shard bits name where the task was created, not where
+        # it is: every shard watches for every id.
+        moved = any(placement.version > 1 for placement in self.topology.placements().values())
         try:
             for shard in self._ordered:
                 pools = [pool for pool in self._pools_of(shard) if pool in wanted]
-                ids = [task_id for task_id in request.ids if task_id >> SHARD_BITS == shard.number]
+                ids = [task_id for task_id in request.ids if moved or task_id >> SHARD_BITS == shard.number]
                 if (wanted and not pools) or (request.ids and not ids and not request.keys):
                     continue
                 if not self._concerns(caller, shard):

@@ -212,6 +212,22 @@ async def test_a_pool_moves_under_load_and_keeps_its_tasks_keys_ids_and_schedule
             assert info.id == task_id
             held = await s2.Get(pb.GetRequest(task=pb.TaskRef(id=task_id)), metadata=(*CLIENT, *HERE))
             assert held.pool == "p1"
+        # A listing over both shards, page by page, finds every task once, in id order, though s2
+        # now holds ids of s1.
+        listed: list[int] = []
+        after = 0
+        for _ in range(1000):  # a cursor that went back would page forever
+            page = await s1.ListTasks(
+                pb.ListTasksRequest(pools=["p1", "default"], after=after, limit=7), metadata=CLIENT
+            )
+            listed.extend(info.id for info in page.tasks)
+            if not page.next_after:
+                break
+            after = page.next_after
+        else:
+            raise AssertionError(f"the listing did not end; it went {listed[-30:]}")
+        assert listed == sorted(set(listed))
+        assert {*keyed.values(), later, *acked["p1"], *acked["default"]} <= set(listed)
         # The scheduled task and the schedule moved too; s1 keeps only forwarding records.
         moved = await s1.Get(pb.GetRequest(task=pb.TaskRef(id=later)), metadata=CLIENT)
         assert moved.status == pb.TASK_STATUS_SCHEDULED
