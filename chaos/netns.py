@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cronoq.cluster.layout import Placement
+from cronoq.cluster.probe import pid_alive
 
 __all__ = [
     "POSTGRES_NODE",
@@ -81,19 +82,9 @@ def available() -> bool:
     return _AVAILABLE
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _stale(name: str) -> bool:
     found = _NAME.match(name)
-    return found is not None and not _alive(int(found.group(1)))
+    return found is not None and not pid_alive(int(found.group(1)))
 
 
 def sweep_stale() -> list[str]:
