@@ -68,8 +68,10 @@ from .http_json import (
     dumps,
     error_response,
     invalid,
+    json_bytes_response,
     json_response,
     parse_json,
+    submit_body,
     submit_request,
     task_id,
     text_field,
@@ -217,6 +219,14 @@ def _segment(raw: str, what: str) -> str:
 Handler = Callable[[Request, Principal, dict[str, str]], Awaitable[web.StreamResponse]]
 
 
+def _too_large(limit: int) -> HttpError:
+    return HttpError(413, Code.PAYLOAD_TOO_LARGE.reason, f"the request body is larger than {limit} bytes")
+
+
+_REMEMBERED_HOSTS = 64
+"""How many ``Host`` values the loopback guard remembers its answer for."""
+
+
 class _Gateway(ConsoleHandlers):
     """The request handler of one listener (the console's handlers come from ``ConsoleHandlers``)."""
 
@@ -240,10 +250,32 @@ class _Gateway(ConsoleHandlers):
             else:
                 self._templates.append((route.segments, [route]))
         self._document: bytes | None = None
+        # What _match answered for paths without parameters, and the Host headers seen (each
+        # bounded: any client can send many different ones).
+        self._static_paths = frozenset(route.path for route in routes if "{" not in route.path)
+        self._matched: dict[tuple[str, str], Route] = {}
+        self._loopback_hosts: dict[str, bool] = {}
 
     # ----------------------------------------------------------------------------- dispatch
 
+    def _loopback(self, host_header: str) -> bool:
+        known = self._loopback_hosts.get(host_header)
+        if known is None:
+            known = is_loopback_host(_host_name(host_header))
+            if len(self._loopback_hosts) >= _REMEMBERED_HOSTS:
+                self._loopback_hosts.clear()
+            self._loopback_hosts[host_header] = known
+        return known
+
     def _match(self, method: str, raw_path: str) -> tuple[Route, dict[str, str]]:
+        if (route := self._matched.get((method, raw_path))) is not None:
+            return route, {}
+        route, params = self._search(method, raw_path)
+        if raw_path in self._static_paths:
+            self._matched[method, raw_path] = route
+        return route, params
+
+    def _search(self, method: str, raw_path: str) -> tuple[Route, dict[str, str]]:
         parts = raw_path.split("/")[1:]
         for segments, group in self._templates:
             if len(segments) != len(parts):
@@ -277,7 +309,7 @@ class _Gateway(ConsoleHandlers):
             if len(request.headers) > self.limits.max_headers:
                 raise HttpError(431, "request_header_fields_too_large",
                                 f"more than {self.limits.max_headers} header fields")  # fmt: skip
-            if self.guard_host and not is_loopback_host(_host_name(request.headers.get("Host", ""))):
+            if self.guard_host and not self._loopback(request.headers.get("Host", "")):
                 raise HttpError(403, "forbidden", "authentication is off, so only requests for a loopback host "
                                                   "(localhost, 127.0.0.1, [::1]) are answered")  # fmt: skip
             route, params = self._match(request.method, request.rel_url.raw_path)
@@ -304,7 +336,10 @@ class _Gateway(ConsoleHandlers):
         """The caller of an authenticated route, once it may make this request (ApiError otherwise)."""
         principal: Principal | None = None
         if route.authenticated:
-            principal = self.auth.authenticate(request.headers.get("Authorization"), _cert_names(request))
+            authorization = request.headers.get("Authorization")
+            # The certificate is only looked at when there is no token (and authentication is on).
+            certificate = () if authorization or not self.auth.enabled else _cert_names(request)
+            principal = self.auth.authenticate(authorization, certificate)
         if route.leader_only and not self.api.serving:
             raise ApiError.unavailable()
         if principal is not None and route.role is not None:
@@ -323,18 +358,12 @@ class _Gateway(ConsoleHandlers):
 
     async def _body(self, request: Request) -> Any:
         """The JSON body, after the media type and the size limit are checked."""
-        media, _, params = request.headers.get("Content-Type", "").partition(";")
-        if media.strip().lower() != JSON_TYPE:
-            raise HttpError(415, "unsupported_media_type", "the request body must be JSON with "
-                                                           "content-type: application/json")  # fmt: skip
-        for param in params.split(";"):
-            name, _, value = param.partition("=")
-            if name.strip().lower() == "charset" and value.strip().strip('"').lower() not in ("utf-8", "utf8"):
-                raise HttpError(415, "unsupported_media_type", "JSON bodies must be UTF-8")
+        content_type = request.headers.get("Content-Type", "")
+        if content_type != JSON_TYPE:  # exactly what nearly every client sends needs no more checks
+            self._check_json_type(content_type)
         limit = self.limits.max_http_body_bytes
-        too_large = HttpError(413, Code.PAYLOAD_TOO_LARGE.reason, f"the request body is larger than {limit} bytes")
         if request.content_length is not None and request.content_length > limit:
-            raise too_large
+            raise _too_large(limit)
         if request.headers.get("Expect", "").lower() == "100-continue":
             if isinstance(request, H2Request):
                 await request.send_continue()
@@ -345,9 +374,20 @@ class _Gateway(ConsoleHandlers):
         while chunk := await request.content.readany():
             size += len(chunk)
             if size > limit:
-                raise too_large
+                raise _too_large(limit)
             chunks.append(chunk)
         return parse_json(b"".join(chunks))
+
+    @staticmethod
+    def _check_json_type(content_type: str) -> None:
+        media, _, params = content_type.partition(";")
+        if media.strip().lower() != JSON_TYPE:
+            raise HttpError(415, "unsupported_media_type", "the request body must be JSON with "
+                                                           "content-type: application/json")  # fmt: skip
+        for param in params.split(";"):
+            name, _, value = param.partition("=")
+            if name.strip().lower() == "charset" and value.strip().strip('"').lower() not in ("utf-8", "utf8"):
+                raise HttpError(415, "unsupported_media_type", "JSON bodies must be UTF-8")
 
     def _ref(self, params: dict[str, str]) -> pb.TaskRef:
         if "key" in params:
@@ -371,7 +411,7 @@ class _Gateway(ConsoleHandlers):
 
     async def submit(self, request: Request, principal: Principal, params: dict[str, str]) -> web.Response:
         message = submit_request(await self._body(request))
-        return json_response(submit_json(await self.router.submit(principal, message)))
+        return json_bytes_response(submit_body(await self.router.submit(principal, message)))
 
     async def submit_batch(self, request: Request, principal: Principal,
                            params: dict[str, str]) -> web.Response:  # fmt: skip

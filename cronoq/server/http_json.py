@@ -23,10 +23,11 @@ from aiohttp import web
 from cronoq.proto import cronoq_pb2 as pb
 
 from .errors import ApiError, Code
-from .json_shapes import EDGE_CONDS, MISS_POLICIES, PRIORITIES, refuse_constants
+from .json_shapes import EDGE_CONDS, MISS_POLICIES, PRIORITIES, refuse_constants, submit_json
 
 __all__ = ["DECIMAL_ID", "JSON_TYPE", "HttpError", "batch_request", "dumps", "error_response", "invalid",
-           "json_response", "parse_json", "submit_request", "task_id", "task_spec", "text_field"]  # fmt: skip
+           "json_bytes_response", "json_response", "parse_json", "submit_body", "submit_request", "task_id",
+           "task_spec", "text_field"]  # fmt: skip
 
 JSON_TYPE = "application/json"
 
@@ -76,6 +77,12 @@ def _unique_names(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+_DECODER = json.JSONDecoder(parse_constant=refuse_constants, object_pairs_hook=_unique_names)
+"""Built once: ``json.loads`` with these options would build a decoder per body."""
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+_COMPACT_ASCII = json.JSONEncoder(separators=(",", ":"))
+
+
 def parse_json(data: bytes) -> Any:
     """A request body as JSON: UTF-8, no NaN/Infinity, no name twice in one object."""
     try:
@@ -83,7 +90,9 @@ def parse_json(data: bytes) -> Any:
     except UnicodeDecodeError:
         invalid("the request body is not valid UTF-8")
     try:
-        return json.loads(text, parse_constant=refuse_constants, object_pairs_hook=_unique_names)
+        if text.startswith("\ufeff"):  # json.loads refuses a byte order mark, with its own message
+            return json.loads(text)
+        return _DECODER.decode(text)
     except RecursionError:
         invalid("malformed JSON: nested too deeply")
     except ValueError as exc:
@@ -269,7 +278,7 @@ def _task_fields(fields: _Fields) -> pb.TaskSpec:
     content_type = ""
     if payload is not None:
         try:
-            spec.payload = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+            spec.payload = _COMPACT.encode(payload).encode("utf-8")
         except UnicodeEncodeError:
             invalid("payload is not valid Unicode (lone surrogate)")
         content_type = JSON_TYPE
@@ -320,8 +329,41 @@ def _task_fields(fields: _Fields) -> pb.TaskSpec:
     return spec
 
 
+_COMMON_TEXT_FIELDS = frozenset(("pool", "kind", "key", "tenant"))
+
+
+def _common_submit(value: Any) -> pb.SubmitRequest | None:
+    """The most common body (text fields, a priority, a JSON payload) read in one pass; None for
+    any other field or any value in doubt, which ``submit_request`` then reads field by field
+    (so every refusal is that reader's own)."""
+    if type(value) is not dict:
+        return None
+    request = pb.SubmitRequest()
+    spec = request.task
+    for name, item in value.items():
+        if item is None:
+            continue
+        if name in _COMMON_TEXT_FIELDS:
+            if type(item) is not str or not item.isascii() or "\0" in item:
+                return None
+            setattr(spec, name, item)
+        elif name == "payload":
+            try:
+                spec.payload = _COMPACT.encode(item).encode("utf-8")
+            except (UnicodeEncodeError, RecursionError, ValueError):
+                return None
+            spec.content_type = JSON_TYPE
+        elif name == "priority" and type(item) is str and item in PRIORITIES:
+            spec.priority = PRIORITIES[item]  # type: ignore[assignment]
+        else:
+            return None
+    return request
+
+
 def submit_request(value: Any) -> pb.SubmitRequest:
     """The body of ``POST /v1/tasks``: a task object plus ``wait`` and ``wait_timeout_s``."""
+    if (common := _common_submit(value)) is not None:
+        return common
     fields = _Fields(value, "the task")
     request = pb.SubmitRequest()
     if (wait := fields.take("wait")) is not None:
@@ -357,17 +399,32 @@ def batch_request(value: Any, max_tasks: int) -> pb.SubmitBatchRequest:
 
 
 def dumps(value: Any) -> bytes:
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    text = _COMPACT.encode(value)
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate inside a worker's JSON output
-        return json.dumps(value, separators=(",", ":")).encode("ascii")
+        return _COMPACT_ASCII.encode(value).encode("ascii")
 
 
 def json_response(value: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:
-    response = web.Response(body=dumps(value), status=status, headers=headers)
+    return json_bytes_response(dumps(value), status, headers)
+
+
+def json_bytes_response(body: bytes, status: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:
+    """A response whose body is JSON already."""
+    if not headers:
+        return web.Response(body=body, status=status, content_type=JSON_TYPE)
+    response = web.Response(body=body, status=status, headers=headers)
     response.content_type = JSON_TYPE
     return response
+
+
+def submit_body(response: pb.SubmitResponse) -> bytes:
+    """``json_shapes.submit_json`` of ``response`` as bytes; the answer without a result (by far
+    the most common) is written directly."""
+    if response.HasField("result"):
+        return dumps(submit_json(response))
+    return b'{"id":"%d","duplicate":%s}' % (response.id, b"true" if response.duplicate else b"false")
 
 
 def error_response(error: HttpError) -> web.Response:
