@@ -330,6 +330,7 @@ def _task_fields(fields: _Fields) -> pb.TaskSpec:
 
 
 _COMMON_TEXT_FIELDS = frozenset(("pool", "kind", "key", "tenant"))
+_COMMON_FIELDS = _COMMON_TEXT_FIELDS | {"payload", "priority"}
 
 
 def _common_submit(value: Any) -> pb.SubmitRequest | None:
@@ -340,9 +341,12 @@ def _common_submit(value: Any) -> pb.SubmitRequest | None:
         return None
     request = pb.SubmitRequest()
     spec = request.task
+    spec.SetInParent()  # present even when empty, as the field-by-field reader leaves it
     for name, item in value.items():
         if item is None:
-            continue
+            if name in _COMMON_FIELDS:
+                continue
+            return None  # unknown, even when null
         if name in _COMMON_TEXT_FIELDS:
             if type(item) is not str or not item.isascii() or "\0" in item:
                 return None
@@ -362,8 +366,12 @@ def _common_submit(value: Any) -> pb.SubmitRequest | None:
 
 def submit_request(value: Any) -> pb.SubmitRequest:
     """The body of ``POST /v1/tasks``: a task object plus ``wait`` and ``wait_timeout_s``."""
-    if (common := _common_submit(value)) is not None:
-        return common
+    common = _common_submit(value)
+    return common if common is not None else _read_submit(value)
+
+
+def _read_submit(value: Any) -> pb.SubmitRequest:
+    """``submit_request`` field by field: every shape, every refusal."""
     fields = _Fields(value, "the task")
     request = pb.SubmitRequest()
     if (wait := fields.take("wait")) is not None:
