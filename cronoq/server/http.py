@@ -323,7 +323,8 @@ class _Gateway(ConsoleHandlers):
 
             # The server's one set of in-flight limits (shared with gRPC), and this route's time limit.
             limit = self.limits.request_timeout_s + (self.limits.max_wait_s if route.waits else 0.0)
-            response, _ = await self.unary.run(principal, serve, request, timeout=limit)
+            # HTTP handlers that report unavailable shards collect them themselves (in the body).
+            response, _ = await self.unary.run(principal, serve, request, timeout=limit, collect=False)
             return response
         except ApiError as error:
             return error_response(HttpError.of(error))
