@@ -57,6 +57,7 @@ from cronoq.engine.types import NS_PER_S
 from cronoq.engine.views import TaskInfo, TaskQuery
 
 from . import _pg_events as E
+from . import _row_decode as D
 from . import _rows as R
 from . import _schema as S
 from . import history as H
@@ -677,11 +678,11 @@ class PostgresStore:
         cutoff = now - (self.retention if retention is None else retention)
         s = self._s
         cols = ", ".join(R.READ_COLUMNS)
-        rec = R.Recovery(self.codec, now)
+        rec = D.Recovery(self.codec, now)
         try:
             async with self._pool.acquire() as conn, conn.transaction(isolation="repeatable_read"):
                 await conn.execute("SET LOCAL enable_seqscan = on")
-                with R.gc_paused():
+                with D.gc_paused():
                     # The log holds the latest status of tasks whose rows it has not been folded
                     # into yet (a row that finished before the cutoff gets no more events).
                     events = E.EventFold([r[0] for r in await conn.fetch(E.read_events_sql(s))])
@@ -725,9 +726,9 @@ class PostgresStore:
         result = Recovered(tasks=rec.ordered(), quarantined=len(rec.quarantined))
         for rrow in rec_rows:
             try:
-                result.recurring.append(R.decode_recurring(rrow, self.codec))
+                result.recurring.append(D.decode_recurring(rrow, self.codec))
             except Corrupt as exc:
-                R.log_bad_recurring(rrow[0], exc)
+                D.log_bad_recurring(rrow[0], exc)
                 result.quarantined += 1
         high_id = R.from_db_id(high) if high is not None else 0
         result.id_high_water = max([high_id, *(t.record.id for t in result.tasks)])
@@ -804,4 +805,4 @@ class PostgresStore:
             raise _map_error(exc, "output lookup") from exc
         if row is None or not row[0]:
             return False, None
-        return True, R.decode_output(self.codec, row[1])
+        return True, D.decode_output(self.codec, row[1])
