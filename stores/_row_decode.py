@@ -7,9 +7,13 @@ holds raises ``Corrupt`` with a short reason, which recovery turns into a quaran
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
+import itertools
 import json
-from collections.abc import Iterator, Sequence
+import operator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, Final
 
 from cronoq.engine.actions import RecoveredRecurring, RecoveredTask, TaskRecord
@@ -29,6 +33,7 @@ from cronoq.engine.types import (
 from ._rows import (
     DEFAULT_POOL_SPEC,
     PLAIN_SPEC,
+    READ_COLUMNS,
     T_ATTEMPT,
     T_FINISHED,
     T_HAS_OUTPUT_READ,
@@ -205,6 +210,17 @@ _PLAIN_SPEC_OF: Final = {
 }
 
 
+# The resources, tags and labels of a plain spec: one empty mapping shared by every recovered
+# task (three empty dicts each would be a third of a pending task's memory). Read-only, so a
+# caller that tried to fill it would fail loudly instead of changing every task at once.
+EMPTY_MAP: Final[Mapping[str, Any]] = MappingProxyType({})
+# ``add_rows`` builds specs positionally (keywords cost a third of the construction).
+_SPEC_ORDER: Final = ("payload", "pool", "kind", "priority", "key", "deadline", "fixed_start", "duration_hint",
+                      "timeout", "retry", "deps", "resources", "tags", "labels", "tenant")  # fmt: skip
+assert tuple(f.name for f in dataclasses.fields(TaskSpec)) == _SPEC_ORDER
+assert len(READ_COLUMNS) == 17  # the unpacking in ``add_rows``
+
+
 def _status(value: object, what: str) -> TaskStatus:
     found = _STATUS_OF.get(value) if type(value) is str else None
     return found if found is not None else _enum(TaskStatus, value, what)
@@ -244,6 +260,8 @@ def decode_task(row: Sequence[Any], codec: Codec) -> RecoveredTask:
     )
     if d is not None:
         _spec_from_fields(d, spec)
+    else:
+        spec.resources = spec.tags = spec.labels = EMPTY_MAP
     submitted = row[T_SUBMITTED]
     max_attempts = row[T_MAX_ATTEMPTS]
     record = TaskRecord(
@@ -374,7 +392,7 @@ def gc_paused() -> Iterator[None]:
 class Recovery:
     """Collects decoded rows during ``recover`` and works out which parents are still missing."""
 
-    __slots__ = ("codec", "keys", "now", "quarantined", "tasks")
+    __slots__ = ("codec", "dependents", "keys", "now", "quarantined", "tasks")
 
     def __init__(self, codec: Codec, now: int) -> None:
         self.codec = codec
@@ -382,6 +400,7 @@ class Recovery:
         self.tasks: dict[int, RecoveredTask] = {}
         self.keys: dict[str, int] = {}
         self.quarantined: list[tuple[int, str]] = []  # (stored id, message)
+        self.dependents: list[RecoveredTask] = []  # tasks with dependencies, for missing_parents
 
     def add(self, row: Sequence[Any]) -> None:
         try:
@@ -394,14 +413,71 @@ class Recovery:
         key = task.record.spec.key
         if key is not None and self.keys.get(key, -1) < task.record.id:
             self.keys[key] = task.record.id
+        if task.record.spec.deps:
+            self.dependents.append(task)
+
+    def add_rows(self, rows: Iterable[Sequence[Any]]) -> None:
+        """``add`` for each of ``rows``, with the same result, at a fraction of the cost.
+
+        Takeover time is mostly this loop (10^6 rows for a large backlog), so the rows of plain
+        specs, nearly all of them, are checked and built inline here: one unpacking instead of a
+        lookup per column, positional construction, no call per row. Any row that is not plain
+        or has a column of an unexpected type goes through ``add`` and its full checks.
+        """
+        add = self.add
+        decode = self.codec.decode
+        tasks = self.tasks
+        keys = self.keys
+        plain_of, priority_of, status_of = _PLAIN_SPEC_OF, _PRIORITY_OF, _STATUS_OF
+        empty = EMPTY_MAP
+        for row in rows:
+            (db_id, pool, kind, priority, key, tenant, status, attempt, max_attempts, message,
+             submitted, started, finished, retry_at, spec_text, payload, has_output) = row  # fmt: skip
+            plain = plain_of.get(spec_text) if type(spec_text) is str else None
+            spec_priority = priority_of.get(priority) if type(priority) is int else None
+            task_status = status_of.get(status) if type(status) is str else None
+            if (
+                plain is None
+                or spec_priority is None
+                or task_status is None
+                or type(payload) is not bytes
+                or type(db_id) is not int
+                or type(pool) is not str
+                or type(kind) is not str
+                or type(attempt) is not int
+                or type(max_attempts) is not int
+                or type(submitted) is not int
+                or (key is not None and type(key) is not str)
+                or (tenant is not None and type(tenant) is not str)
+                or (message is not None and type(message) is not str)
+                or (started is not None and type(started) is not int)
+                or (finished is not None and type(finished) is not int)
+                or (retry_at is not None and type(retry_at) is not int)
+            ):
+                add(row)
+                continue
+            try:
+                value = decode(payload)
+            except Exception:
+                add(row)  # quarantined there, with the reason
+                continue
+            task_id = db_id + U64 if db_id < 0 else db_id
+            spec = TaskSpec(value, None if plain[1] else pool, kind, spec_priority, key, None, None, None,
+                            None, None, (), empty, empty, empty, tenant)  # fmt: skip
+            record = TaskRecord(task_id, pool, spec, submitted, plain[0], max_attempts)
+            tasks[task_id] = RecoveredTask(record, task_status, attempt, message, started, finished, retry_at,
+                                           bool(has_output))  # fmt: skip
+            if key is not None and keys.get(key, -1) < task_id:
+                keys[key] = task_id
 
     def missing_parents(self) -> tuple[list[int], list[str]]:
         """Ids (as stored) and keys that live tasks depend on but that were not loaded."""
         ids: set[int] = set()
         keys: set[str] = set()
-        for task in self.tasks.values():
-            if task.status.terminal:
-                continue
+        tasks = self.tasks
+        for task in self.dependents:
+            if task.status.terminal or tasks.get(task.record.id) is not task:
+                continue  # ended, or replaced by a later row of the same id
             for dep in task.record.spec.deps:
                 target = dep.target
                 if isinstance(target, str):
@@ -434,4 +510,8 @@ class Recovery:
                 self.add(row)
 
     def ordered(self) -> list[RecoveredTask]:
+        """The tasks by id. Rows are read in id order, so the sort is usually skipped."""
+        ids = list(self.tasks)
+        if all(map(operator.lt, ids, itertools.islice(ids, 1, None))):
+            return list(self.tasks.values())
         return [self.tasks[i] for i in sorted(self.tasks)]
