@@ -13,8 +13,7 @@ import itertools
 import json
 import operator
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
 from cronoq.engine.actions import RecoveredRecurring, RecoveredTask, TaskRecord
 from cronoq.engine.types import (
@@ -203,17 +202,77 @@ def decode_output(codec: Codec, data: object) -> object:
 # Lookups that stand in for calling the enum classes (which run Python code) on the hot path.
 _STATUS_OF: Final = {s.value: s for s in TaskStatus}
 _PRIORITY_OF: Final = {int(p): p for p in Priority}
-# The spec texts ``_spec_text`` writes for plain specs: (submitted status, spec.pool is None).
-_PLAIN_SPEC_OF: Final = {
-    **{text: (_STATUS_OF[value], False) for value, text in PLAIN_SPEC.items()},
-    **{text: (_STATUS_OF[value], True) for value, text in DEFAULT_POOL_SPEC.items()},
-}
 
 
-# The resources, tags and labels of a plain spec: one empty mapping shared by every recovered
-# task (three empty dicts each would be a third of a pending task's memory). Read-only, so a
-# caller that tried to fill it would fail loudly instead of changing every task at once.
-EMPTY_MAP: Final[Mapping[str, Any]] = MappingProxyType({})
+class FrozenMap(dict[str, Any]):
+    """A dict that refuses changes. Recovered specs share their resources, tags and labels
+    (three empty dicts per task were a third of a pending task's memory, and a backlog's tasks
+    often carry the same maps), so none of them may be changed in place: that would change every
+    task at once. Reading, copying and JSON work as with any dict."""
+
+    __slots__ = ()
+
+    def _refuse(self, *args: object, **kwargs: object) -> NoReturn:
+        raise TypeError("the maps of a recovered task's spec are shared: copy them to change them")
+
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _refuse
+
+    def __reduce__(self) -> tuple[type[FrozenMap], tuple[dict[str, Any]]]:
+        return FrozenMap, (dict(self),)
+
+
+EMPTY_MAP: Final[Mapping[str, Any]] = FrozenMap()
+
+
+def _shared(values: Mapping[str, Any]) -> Mapping[str, Any]:
+    return FrozenMap(values) if values else EMPTY_MAP
+
+
+# What a spec text holds besides the columns, as ``add_rows`` shares it between the tasks with the
+# same text: submitted status, whether the text names the spec's pool, that pool, deadline, fixed
+# start, duration hint, timeout, retry, dependencies, resources, tags, labels.
+_Shape = tuple[
+    TaskStatus,
+    bool,
+    str | None,
+    int | None,
+    FixedStart | None,
+    int | None,
+    int | None,
+    RetryPolicy | None,
+    tuple[Dep, ...],
+    Mapping[str, int],
+    Mapping[str, str],
+    Mapping[str, str],
+]
+# The texts ``_spec_text`` writes for plain specs (nothing beyond the columns), known in advance;
+# a plain spec's pool is the resolved one (PLAIN_SPEC) or left to the default (DEFAULT_POOL_SPEC).
+_PLAIN_SHAPES: Final[dict[str, _Shape]] = {
+    **{text: (_STATUS_OF[value], False, None, None, None, None, None, None, (), EMPTY_MAP, EMPTY_MAP, EMPTY_MAP)
+       for value, text in PLAIN_SPEC.items()},
+    **{text: (_STATUS_OF[value], True, None, None, None, None, None, None, (), EMPTY_MAP, EMPTY_MAP, EMPTY_MAP)
+       for value, text in DEFAULT_POOL_SPEC.items()},
+}  # fmt: skip
+_PLAIN_SPEC_OF: Final = {text: (shape[0], shape[1]) for text, shape in _PLAIN_SHAPES.items()}
+# Parsed texts a Recovery remembers at most (texts that differ per task, by their deadline for
+# instance, must not fill the memory).
+_SHAPES_MAX: Final = 4096
+
+
+def _spec_shape(text: str) -> _Shape | None:
+    """The shape of a spec text that is not plain, or None if the text is damaged (its row goes
+    through ``Recovery.add``, which says why)."""
+    try:
+        d = _load_json(text, "spec")
+        status = _enum(TaskStatus, d.pop("status", None), "submitted status")
+        own_pool = "pool" in d
+        spec = _spec_from_fields(d, TaskSpec())
+    except Exception:
+        return None
+    return (status, own_pool, spec.pool, spec.deadline, spec.fixed_start, spec.duration_hint, spec.timeout,
+            spec.retry, spec.deps, _shared(spec.resources), _shared(spec.tags), _shared(spec.labels))  # fmt: skip
+
+
 # ``add_rows`` builds specs positionally (keywords cost a third of the construction).
 _SPEC_ORDER: Final = ("payload", "pool", "kind", "priority", "key", "deadline", "fixed_start", "duration_hint",
                       "timeout", "retry", "deps", "resources", "tags", "labels", "tenant")  # fmt: skip
@@ -392,7 +451,7 @@ def gc_paused() -> Iterator[None]:
 class Recovery:
     """Collects decoded rows during ``recover`` and works out which parents are still missing."""
 
-    __slots__ = ("codec", "dependents", "keys", "now", "quarantined", "tasks")
+    __slots__ = ("codec", "dependents", "keys", "now", "quarantined", "shapes", "tasks")
 
     def __init__(self, codec: Codec, now: int) -> None:
         self.codec = codec
@@ -401,6 +460,7 @@ class Recovery:
         self.keys: dict[str, int] = {}
         self.quarantined: list[tuple[int, str]] = []  # (stored id, message)
         self.dependents: list[RecoveredTask] = []  # tasks with dependencies, for missing_parents
+        self.shapes: dict[str, _Shape] = dict(_PLAIN_SHAPES)  # spec texts seen, for add_rows
 
     def add(self, row: Sequence[Any]) -> None:
         try:
@@ -419,25 +479,35 @@ class Recovery:
     def add_rows(self, rows: Iterable[Sequence[Any]]) -> None:
         """``add`` for each of ``rows``, with the same result, at a fraction of the cost.
 
-        Takeover time is mostly this loop (10^6 rows for a large backlog), so the rows of plain
-        specs, nearly all of them, are checked and built inline here: one unpacking instead of a
-        lookup per column, positional construction, no call per row. Any row that is not plain
-        or has a column of an unexpected type goes through ``add`` and its full checks.
+        Takeover time is mostly this loop (10^6 rows for a large backlog), so rows are checked
+        and built inline here: one unpacking instead of a lookup per column, positional
+        construction, no call per row, and each distinct spec text parsed once, its fields
+        shared by the tasks that have it (plain specs, most of them, need no parsing at all).
+        A row with a column of an unexpected type or a damaged text or payload goes through
+        ``add`` and its full checks.
         """
         add = self.add
         decode = self.codec.decode
         tasks = self.tasks
         keys = self.keys
-        plain_of, priority_of, status_of = _PLAIN_SPEC_OF, _PRIORITY_OF, _STATUS_OF
-        empty = EMPTY_MAP
+        dependents = self.dependents
+        shapes = self.shapes
+        priority_of, status_of = _PRIORITY_OF, _STATUS_OF
         for row in rows:
             (db_id, pool, kind, priority, key, tenant, status, attempt, max_attempts, message,
              submitted, started, finished, retry_at, spec_text, payload, has_output) = row  # fmt: skip
-            plain = plain_of.get(spec_text) if type(spec_text) is str else None
+            shape = shapes.get(spec_text) if type(spec_text) is str else None
+            if shape is None and type(spec_text) is str:
+                shape = _spec_shape(spec_text)
+                if shape is not None:
+                    if len(shapes) >= len(_PLAIN_SHAPES) + _SHAPES_MAX:
+                        shapes.clear()
+                        shapes.update(_PLAIN_SHAPES)
+                    shapes[spec_text] = shape
             spec_priority = priority_of.get(priority) if type(priority) is int else None
             task_status = status_of.get(status) if type(status) is str else None
             if (
-                plain is None
+                shape is None
                 or spec_priority is None
                 or task_status is None
                 or type(payload) is not bytes
@@ -462,13 +532,17 @@ class Recovery:
                 add(row)  # quarantined there, with the reason
                 continue
             task_id = db_id + U64 if db_id < 0 else db_id
-            spec = TaskSpec(value, None if plain[1] else pool, kind, spec_priority, key, None, None, None,
-                            None, None, (), empty, empty, empty, tenant)  # fmt: skip
-            record = TaskRecord(task_id, pool, spec, submitted, plain[0], max_attempts)
-            tasks[task_id] = RecoveredTask(record, task_status, attempt, message, started, finished, retry_at,
-                                           bool(has_output))  # fmt: skip
+            (submitted_status, own_pool, spec_pool, deadline, fixed, hint, timeout, retry, deps, resources, tags,
+             labels) = shape  # fmt: skip
+            spec = TaskSpec(value, spec_pool if own_pool else pool, kind, spec_priority, key, deadline, fixed, hint,
+                            timeout, retry, deps, resources, tags, labels, tenant)  # fmt: skip
+            record = TaskRecord(task_id, pool, spec, submitted, submitted_status, max_attempts)
+            task = tasks[task_id] = RecoveredTask(record, task_status, attempt, message, started, finished, retry_at,
+                                                  bool(has_output))  # fmt: skip
             if key is not None and keys.get(key, -1) < task_id:
                 keys[key] = task_id
+            if deps:
+                dependents.append(task)
 
     def missing_parents(self) -> tuple[list[int], list[str]]:
         """Ids (as stored) and keys that live tasks depend on but that were not loaded."""
