@@ -1,9 +1,10 @@
 """``PostgresStore``: durable state in one Postgres schema, on asyncpg.
 
-Leadership: a session-level ``pg_try_advisory_lock`` on a dedicated connection (the lock
-session), tried every ``lock_poll``, plus a lease row (``cronoq_lease``) that the leader renews
-over that session every ``lease_renew`` and that lasts ``lease_ttl`` by the database's clock (see
-``_pg_lease``; the loop, expiry and step-down are ``_lease.LeaseKeeper``'s, shared with SQLite).
+Leadership: a session-level advisory lock on a dedicated connection (the lock session), waited
+for in turns of ``lock_poll`` (so a dead leader's lock passes on at once), plus a lease row
+(``cronoq_lease``) that the leader renews over that session every ``lease_renew`` and that lasts
+``lease_ttl`` by the database's clock (see ``_pg_lease``; the loop, expiry and step-down are
+``_lease.LeaseKeeper``'s, shared with SQLite).
 The lock key is derived from the schema name, so every instance configured with the same schema
 competes for the same lock, and different schemas are independent clusters. On success the epoch
 in ``cronoq_leader`` is incremented. A lock session that fails (a database restart, a broken
@@ -82,6 +83,10 @@ from .base import (
 __all__ = ["PostgresStore", "apply_migrations", "lock_key", "quote_schema"]
 
 log = logging.getLogger("cronoq.stores.postgres")
+
+# A standby waits for the lock at most this long at a time: below Postgres's default
+# deadlock_timeout (1 s), after which a waiting session would run a deadlock check.
+_LOCK_WAIT_MAX = 0.9
 
 _SCHEMA_NAME = re.compile(r"[A-Za-z0-9_]{1,63}")
 
@@ -354,10 +359,10 @@ class PostgresStore:
     (the lock session is one more connection). ``retention`` is the default window of
     ``recover``. ``compact_after``: once commits appended this many status events, the leader
     folds the log into the task rows in the background (``prune`` folds whatever is left first).
-    Leadership: standbys try the lock every ``lock_poll``; the leader's lease lasts ``lease_ttl``
-    and is renewed every ``lease_renew`` (default: ``keepalive``, the older name of that interval),
-    which must be shorter; ``session_timeout`` bounds each leadership statement and sets the lock
-    session's TCP keepalives.
+    Leadership: standbys wait for the lock, looking at the lease every ``lock_poll``; the leader's
+    lease lasts ``lease_ttl`` and is renewed every ``lease_renew`` (default: ``keepalive``, the
+    older name of that interval), which must be shorter; ``session_timeout`` bounds each
+    leadership statement and sets the lock session's TCP keepalives.
     """
 
     def __init__(
@@ -415,6 +420,7 @@ class PostgresStore:
             tag=self.tag,
             lease_ttl=lease_ttl,
             session_timeout=session_timeout,
+            lock_wait=min(lock_poll, _LOCK_WAIT_MAX),
         )
         self._lease = LeaseKeeper(
             self._lock,
