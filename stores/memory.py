@@ -175,10 +175,11 @@ class MemoryStore:
         cutoff = now - (self.retention if retention is None else retention)
         rec = D.Recovery(self.codec, now)
         with D.gc_paused():
-            for row in st.tasks.values():
-                finished = row[R.T_FINISHED]
-                if finished is None or finished >= cutoff:
-                    rec.add(self._read_row(row))
+            rec.add_rows(
+                self._read_row(row)
+                for row in st.tasks.values()
+                if row[R.T_FINISHED] is None or row[R.T_FINISHED] >= cutoff
+            )
         ids, keys = rec.missing_parents()
         if ids or keys:
             wanted_ids, wanted_keys = set(ids), set(keys)

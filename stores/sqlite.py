@@ -513,14 +513,9 @@ class SqliteStore:
         rec = D.Recovery(self.codec, now)
         with D.gc_paused():
             rows, rec_rows, high = await self._call("recovery", self._recover_sync, cutoff)
-
-            def decode(rows: list[Any]) -> None:
-                for row in rows:
-                    rec.add(row)
-
             # In a thread: decoding a large backlog takes seconds, during which the event loop
             # must go on renewing the lease.
-            await asyncio.to_thread(decode, rows)
+            await asyncio.to_thread(rec.add_rows, rows)
             del rows
         ids, keys = rec.missing_parents()
         if ids or keys:
