@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cronoq.cluster.launcher import Cluster, RunningShard
-from cronoq.cluster.layout import ClusterOptions, pools_of_shard
+from cronoq.cluster.layout import ClusterOptions, Placement, pools_of_shard, shard_name
 from cronoq.cluster.replica import Replica
 
 from cronoq.client import Client, ClientError, task
@@ -32,6 +32,9 @@ from .checker import CheckResult, Execution, Fault, History, StoredTask, check
 from .drills import Drill
 from .faultproxy import FaultProxy
 from .ledger import Ledger, Submission
+from .netns import POSTGRES_NODE, Network, cluster_network
+from .netns import available as netns_available
+from .netns import placements as network_placements
 from .ownership import Move
 from .postgres import ThrowawayPostgres
 from .processes import ChildProcess, LeaderMonitor
@@ -64,6 +67,9 @@ class RunOptions:
     backlog: int = 0
     """Live tasks (scheduled an hour ahead) put into the first shard before the load, so a new
     leader has that many to recover (the checker does not follow them)."""
+    net: str = "auto"
+    """How partition drills cut nodes: ``netns`` (namespaces and routes), ``proxy`` (loopback
+    proxies), or ``auto``: ``netns`` where this process may make namespaces."""
 
 
 @dataclass(slots=True)
@@ -77,6 +83,8 @@ class RunOutcome:
     drained: bool
     history: History
     notes: list[str] = field(default_factory=list)
+    net: str | None = None
+    """``netns`` or ``proxy`` for drills that partition nodes."""
 
 
 class RunContext:
@@ -91,6 +99,7 @@ class RunContext:
         self.cluster: Cluster | None = None
         self.postgres: ThrowawayPostgres | None = None
         self.proxy: FaultProxy | None = None
+        self.network: Network | None = None
         self.monitor: LeaderMonitor | None = None
         self.workers: list[ChildProcess] = []
         self.producers: list[ChildProcess] = []
@@ -373,13 +382,28 @@ async def run_drill(
     drained = False
     stored: list[StoredTask] = []
     run_tag = f"{drill.name}-r{run}-s{options.seed}"
+    net = _net_of(drill, options)
+    shard_names = [shard_name(number) for number in range(1, options.shards + 1)]
+    replica_names = [f"{shard}-r{index}" for shard in shard_names for index in range(1, options.replicas + 1)]
+    placements: dict[str, Placement] = {}
     try:
         dsn = options.dsn if options.store == "postgres" else None
-        if options.store == "postgres" and (dsn is None or drill.own_postgres):
-            ctx.postgres = ThrowawayPostgres()
+        if net == "netns":
+            ctx.network = cluster_network(shard_names, replica_names, postgres=options.store == "postgres")
+            await asyncio.to_thread(ctx.network.create)
+            placements = network_placements(ctx.network, shard_names, replica_names)
+        if options.store == "postgres" and (dsn is None or drill.own_postgres or ctx.network is not None):
+            # In namespaces the servers cannot reach a Postgres on loopback: the drill's own runs
+            # in a namespace of its own, which the partition can cut too.
+            network = ctx.network
+            ctx.postgres = (
+                ThrowawayPostgres()
+                if network is None
+                else ThrowawayPostgres(host=network.address(POSTGRES_NODE), prefix=network.prefix(POSTGRES_NODE))
+            )
             await asyncio.to_thread(ctx.postgres.start)
             dsn = ctx.postgres.dsn
-        if dsn is not None and drill.fault_proxy:
+        if dsn is not None and drill.fault_proxy and ctx.network is None:
             port = int(dsn.rsplit(":", 1)[1].split("/", 1)[0])
             ctx.proxy = FaultProxy(port)
             await ctx.proxy.start()
@@ -397,6 +421,9 @@ async def run_drill(
             pools_per_shard=drill.pools_per_shard,
             limits={"max_pending_per_pool": 2 * options.backlog + 100_000} if options.backlog else {},
             shutdown_grace_s=1.0,
+            placements=placements,
+            # The namespaces' addresses are not loopback; the drill's own network is trusted.
+            insecure_peer_http=bool(placements),
         )
         ctx.cluster = Cluster(cluster_options, say=lambda text: ctx.notes.append(text))
         if ctx.proxy is not None:
@@ -471,6 +498,8 @@ async def run_drill(
             await ctx.proxy.close()
         if ctx.postgres is not None:
             await asyncio.to_thread(ctx.postgres.destroy)
+        if ctx.network is not None:
+            await asyncio.to_thread(ctx.network.destroy)
     # Kept with the run, so the checker can judge it again offline from the ledger alone.
     if ctx.monitor is not None:
         ctx.ledger.add_leadership(ctx.monitor.changes)
@@ -485,7 +514,16 @@ async def run_drill(
         shutil.copytree(run_dir, target, ignore=shutil.ignore_patterns("*.db-wal", "*.db-shm", "*.sock"))
     shutil.rmtree(run_dir, ignore_errors=True)
     return RunOutcome(drill.name, run, options.seed, options, result, time.monotonic() - started, drained, history,
-                      ctx.notes)  # fmt: skip
+                      ctx.notes, net)  # fmt: skip
+
+
+def _net_of(drill: Drill, options: RunOptions) -> str | None:
+    """How this run partitions nodes (None: the drill does not)."""
+    if not drill.netns:
+        return None
+    if options.net == "auto":
+        return "netns" if netns_available() else "proxy"
+    return options.net
 
 
 def _replica_pids(cluster: Cluster) -> dict[int, str]:
@@ -506,6 +544,7 @@ def outcome_json(outcome: RunOutcome) -> str:
             "store": outcome.options.store,
             "shards": outcome.options.shards,
             "replicas": outcome.options.replicas,
+            "net": outcome.net,
             "tasks": result.tasks,
             "acknowledged": result.acknowledged,
             "lost": result.lost,

@@ -25,7 +25,10 @@ class Drill:
     own_postgres: bool = False
     """The drill stops or starts Postgres, so it needs a throwaway server of its own."""
     fault_proxy: bool = False
-    """The servers reach Postgres through the drill's fault proxy."""
+    """The servers reach Postgres through the drill's fault proxy (not with ``--net netns``)."""
+    netns: bool = False
+    """With ``--net netns`` every server (and the drill's Postgres) runs in a network namespace of
+    its own, so the drill can partition them with routes (``chaos/netns.py``)."""
     min_replicas: int = 1
     min_shards: int = 1
     pools_per_shard: int = 1
