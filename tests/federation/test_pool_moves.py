@@ -396,3 +396,41 @@ async def test_running_attempts_finish_on_the_source_and_a_draining_move_can_be_
                 await running
     assert started.qsize() == 1  # the child; nothing ran twice
     assert started.get_nowait() == (child, 1)
+
+
+async def test_the_http_route_moves_a_pool_reports_it_and_refuses_what_it_cannot_do(cluster: dict[str, Node]) -> None:
+    """``/v1/admin/pools/{pool}/move``: the console calls over HTTP, entered at the shard that
+    does not serve the pool (the router forwards them)."""
+    import aiohttp
+
+    url = f"{cluster['s2'].http}/v1/admin/pools/p1/move"
+    admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    async with aiohttp.ClientSession() as http:
+
+        async def call(method: str, body: object = None, token: str = ADMIN_TOKEN) -> tuple[int, dict[str, object]]:
+            headers = {"Authorization": f"Bearer {token}"}
+            async with http.request(method, url, json=body, headers=headers) as response:
+                return response.status, await response.json()
+
+        status, before = await call("GET", token=METRICS_TOKEN)
+        assert status == 200 and before == {"pool": "p1", "shard": "s1", "placement_version": 1}
+        assert (await call("POST", {"to": "s2"}, token=METRICS_TOKEN))[0] == 403
+        status, error = await call("POST", {"to": "s2", "now": True})
+        assert status == 400 and "now: unknown field" in str(error)
+        status, error = await call("POST", {})
+        assert status == 400 and str(error).count("to: ") == 1
+        status, error = await call("POST", {"to": "s9"})
+        assert status == 400 and "no shard is named 's9'" in str(error)
+        status, error = await call("DELETE")
+        assert status == 409 and "pool 'p1' has no move to abort" in str(error)
+
+        status, started = await call("POST", {"to": "s2"})
+        assert status == 200 and started["phase"] == "draining" and started["target"] == "s2", started
+        assert started["version"] == 2 and isinstance(started["updated_unix_ns"], str)
+        for _ in range(600):
+            async with http.get(url, headers=admin) as response:
+                now = await response.json() if response.status == 200 else {}
+            if now.get("shard") == "s2":
+                break
+            await asyncio.sleep(0.05)
+        assert now == {"pool": "p1", "shard": "s2", "placement_version": 2}  # s2 has no move of it
