@@ -133,6 +133,18 @@ async def wait_done(stub: pbg.TasksStub, task_id: int) -> pb.TaskResult:
     raise AssertionError(f"task {task_id} never ended")
 
 
+async def until_served(console: cpbg.ConsoleStub, pool: str, shard: str) -> cpb.MoveStatus:
+    """The pool's move status once ``shard`` serves it (or the last one read, after 30 s)."""
+    status = cpb.MoveStatus()
+    for _ in range(600):
+        with contextlib.suppress(grpc.aio.AioRpcError):
+            status = await console.GetMove(cpb.MoveRequest(pool=pool), metadata=ADMIN)
+            if status.shard == shard:
+                break
+        await asyncio.sleep(0.05)
+    return status
+
+
 def move_in_thread(cli: Cli, *args: str) -> tuple[threading.Thread, list[str]]:
     """``cronoq admin move-pool ARGS`` beside the load; what it printed (and exited with)."""
     said: list[str] = []
@@ -302,12 +314,7 @@ async def test_a_move_is_finished_by_the_next_leaders_when_both_are_killed_mid_w
         node.start()
     async with grpc.aio.insecure_channel(cluster["s1"].address) as channel:
         tasks, console = pbg.TasksStub(channel), cpbg.ConsoleStub(channel)  # type: ignore[no-untyped-call]
-        for _ in range(600):
-            with contextlib.suppress(grpc.aio.AioRpcError):
-                status = await console.GetMove(cpb.MoveRequest(pool="p1"), metadata=ADMIN)
-                if status.shard == "s2":
-                    break
-            await asyncio.sleep(0.05)
+        status = await until_served(console, "p1", "s2")
         assert status.shard == "s2" and status.placement_version == 2
         worker = Worker(cluster["s1"].address, "p1", runs.handler, slots=4, token=WORKER_TOKEN, backoff=(0.05, 0.3))
         running = asyncio.ensure_future(worker.run())
@@ -367,12 +374,7 @@ async def test_running_attempts_finish_on_the_source_and_a_draining_move_can_be_
             status = await console.MovePool(cpb.MovePoolRequest(pool="p1", to="s2"), metadata=ADMIN)
             assert status.phase == "draining"  # the second task is still running
             release[second].set()
-            for _ in range(600):
-                with contextlib.suppress(grpc.aio.AioRpcError):
-                    status = await console.GetMove(cpb.MoveRequest(pool="p1"), metadata=ADMIN)
-                    if status.shard == "s2":
-                        break
-                await asyncio.sleep(0.05)
+            status = await until_served(console, "p1", "s2")
             assert (status.shard, status.placement_version) == ("s2", 2)
             assert (await wait_done(tasks, second)).status == pb.TASK_STATUS_SUCCEEDED
             for task_id in (first, second):  # one attempt each: none was cut off and retried
