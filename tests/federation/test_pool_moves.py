@@ -335,10 +335,10 @@ async def test_a_move_is_finished_by_the_next_leaders_when_both_are_killed_mid_w
 async def test_running_attempts_finish_on_the_source_and_a_draining_move_can_be_aborted(
     cluster: dict[str, Node],
 ) -> None:
-    """While a move drains, the pool's running attempt goes on at the source and nothing new of
-    the pool starts; an abort then lets it start again. A second move waits for the running
-    attempt, whose outcome the source accepts, and only then hands the pool over: every task ran
-    once, at attempt 1."""
+    """While a move drains, the pool's running attempts go on at the source (their outcomes are
+    accepted there) and nothing new of the pool starts; an abort then lets it start again. A second
+    move waits for the running attempts, and only then hands the pool over: every task ran once,
+    at attempt 1."""
     started: asyncio.Queue[tuple[int, int]] = asyncio.Queue()
     release: dict[int, asyncio.Event] = collections.defaultdict(asyncio.Event)
 
@@ -349,12 +349,13 @@ async def test_running_attempts_finish_on_the_source_and_a_draining_move_can_be_
 
     async with grpc.aio.insecure_channel(cluster["s1"].address) as channel:
         tasks, console = pbg.TasksStub(channel), cpbg.ConsoleStub(channel)  # type: ignore[no-untyped-call]
-        worker = Worker(cluster["s1"].address, "p1", handler, slots=1, token=WORKER_TOKEN, backoff=(0.05, 0.3))
+        worker = Worker(cluster["s1"].address, "p1", handler, slots=2, token=WORKER_TOKEN, backoff=(0.05, 0.3))
         running = asyncio.ensure_future(worker.run())
         try:
             child = 0
             first = await submit_retrying(tasks, pb.TaskSpec(pool="p1"))
-            assert await asyncio.wait_for(started.get(), 30) == (first, 1)
+            hold = await submit_retrying(tasks, pb.TaskSpec(pool="p1"))  # runs until the end: the move drains
+            assert {await asyncio.wait_for(started.get(), 30) for _ in range(2)} == {(first, 1), (hold, 1)}
             status = await console.MovePool(cpb.MovePoolRequest(pool="p1", to="s2"), metadata=ADMIN)
             assert status.phase == "draining"
             second = await submit_retrying(tasks, pb.TaskSpec(pool="p1"))  # admitted while draining
@@ -372,12 +373,13 @@ async def test_running_attempts_finish_on_the_source_and_a_draining_move_can_be_
             assert "is 'aborted': it is over, there is nothing to abort" in again.value.details()
 
             status = await console.MovePool(cpb.MovePoolRequest(pool="p1", to="s2"), metadata=ADMIN)
-            assert status.phase == "draining"  # the second task is still running
+            assert status.phase == "draining"  # hold and the second task are running
             release[second].set()
+            release[hold].set()
             status = await until_served(console, "p1", "s2")
             assert (status.shard, status.placement_version) == ("s2", 2)
-            assert (await wait_done(tasks, second)).status == pb.TASK_STATUS_SUCCEEDED
-            for task_id in (first, second):  # one attempt each: none was cut off and retried
+            for task_id in (first, hold, second):  # one attempt each: none was cut off and retried
+                assert (await wait_done(tasks, task_id)).status == pb.TASK_STATUS_SUCCEEDED
                 info = await tasks.Get(pb.GetRequest(task=pb.TaskRef(id=task_id)), metadata=CLIENT)
                 assert (info.status, info.attempt) == (pb.TASK_STATUS_SUCCEEDED, 1)
             # A task may depend on a moved one: its id names s1, but s2 holds it now.
