@@ -173,13 +173,21 @@ class Router:
         return found is not None and self.topology.learn(*found)
 
     async def _retrying(self, call: Callable[[], Awaitable[_R]]) -> _R:
-        """``call``, and once more if it was refused as routed on an old placement."""
+        """``call``, and once more if it was refused as routed on an old placement. Refused so
+        again, the pool is changing shards right now (the two shards' records have not both
+        caught up): UNAVAILABLE, which clients retry, rather than a refusal they would not."""
         try:
             return await call()
         except RouteError as exc:
             if not self._learned(exc):
                 raise
-        return await call()
+        try:
+            return await call()
+        except RouteError as exc:
+            found = stale_placement(exc.metadata) if exc.code is Status.FAILED_PRECONDITION else None
+            if found is None:
+                raise
+            raise RouteError(Status.UNAVAILABLE, f"pool {found[0]!r} is changing shards; retry shortly") from None
 
     def _peer_for(self, caller: Caller, shard: ShardSection, what: str) -> Peer | None:
         """Where a call about ``shard`` goes: None for this node, else the peer to forward to.
