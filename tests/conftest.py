@@ -6,6 +6,9 @@ fsync off, stopped and deleted at the end of the session. As root the server run
 ``postgres`` OS user. Without Postgres binaries the fixture fails and says what to install.
 
 ``pg_schema`` (function): a fresh schema name; the schema is dropped after the test.
+
+Every test and the session as a whole fail when asyncio reports a task destroyed while pending
+(``tests/pending_tasks.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.pending_tasks import REPORTS
 
 INSTALL_HINT = (
     "PostgreSQL server binaries (initdb, pg_ctl) were not found. Install them, e.g. "
@@ -176,3 +181,13 @@ async def pg_schema(postgres_dsn: str) -> AsyncIterator[str]:
         await conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
     finally:
         await conn.close()
+
+
+@pytest.fixture(autouse=True)
+def no_task_left_pending() -> Iterator[None]:
+    yield
+    REPORTS.check_test()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    REPORTS.check_session(session)

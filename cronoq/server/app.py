@@ -379,12 +379,11 @@ class ServerApp:
         try:
             await asyncio.wait({lost, stopping, relead}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for waiter in (stopping, relead, watching):
-                if waiter is not None:
-                    waiter.cancel()
+            # The move watcher may be inside a store call: it ends before the next leadership.
+            await _cancel_and_wait(stopping, relead, watching)
         if lost.done():
             return "lost"
-        lost.cancel()
+        await _cancel_and_wait(lost)
         return "stop" if self._stop.is_set() else "relead"
 
     async def _graceful(self, service: ShardService, server: grpc.aio.Server) -> None:
@@ -393,6 +392,16 @@ class ServerApp:
         # Work streams send Shutdown and linger briefly; unary calls in flight finish.
         await _stop_server(server, SHUTDOWN_LINGER_S + 0.5)
         log.info("stopped")
+
+
+async def _cancel_and_wait(*tasks: asyncio.Future[Any] | None) -> None:
+    """Cancel ``tasks`` (None: absent) and wait until each has ended, so none outlives its owner."""
+    ending = [task for task in tasks if task is not None]
+    for task in ending:
+        task.cancel()
+    for outcome in await asyncio.gather(*ending, return_exceptions=True):
+        if isinstance(outcome, Exception):
+            log.warning("a background task failed: %s", outcome, exc_info=outcome)
 
 
 async def _stop_server(server: grpc.aio.Server, grace: float) -> None:
@@ -439,8 +448,7 @@ class _WebhookScaler:
             sent = desired
 
     async def close(self) -> None:
-        for sender in self._senders.values():
-            sender.cancel()
+        await _cancel_and_wait(*self._senders.values())  # before their session closes
         if self._session is not None:
             await self._session.close()
 
