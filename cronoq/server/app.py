@@ -69,6 +69,9 @@ class Listening:
 
     role: str  # "standby" or "leader"
     grpc: str
+    # The HTTP gateway's and the metrics listener's addresses as bound (a port 0 resolved).
+    http: str | None = None
+    metrics: str | None = None
 
 
 def make_store(config: Config) -> Store:
@@ -231,7 +234,9 @@ class ServerApp:
         self.api.address = self.grpc_address
         log.info("listening (%s) grpc=%s", role, self.grpc_address)
         if self.on_listening is not None:
-            self.on_listening(Listening(role, self.grpc_address))
+            http = self.http
+            http_address, metrics_address = (http.address, http.metrics_address) if http is not None else (None, None)
+            self.on_listening(Listening(role, self.grpc_address, http_address, metrics_address))
         return server
 
     # ------------------------------------------------------------------------------- lifecycle

@@ -180,15 +180,8 @@ name = "other"
         process.stop()
 
 
-def _http_port(process: ServerProcess) -> int:
-    config = (process.directory / f"{process.name}.toml").read_text()
-    match = re.search(r'http_addr = "127\.0\.0\.1:(\d+)"', config)
-    assert match
-    return int(match.group(1))
-
-
 def _get(process: ServerProcess, path: str) -> bytes:
-    request = urllib.request.Request(f"http://127.0.0.1:{_http_port(process)}{path}",
+    request = urllib.request.Request(f"http://127.0.0.1:{process.http_port}{path}",
                                      headers={"authorization": f"Bearer {METRICS_TOKEN}"})  # fmt: skip
     with urllib.request.urlopen(request, timeout=30) as response:
         body: bytes = response.read()

@@ -498,7 +498,7 @@ async def test_unsupported_settings_stop_the_server_with_a_clear_error(tmp_path:
                                                                        message: str) -> None:  # fmt: skip
     proc = HttpServerProcess(tmp_path, CONFIG, name="bad-otel", env={**_CLEARED, **env})
     with pytest.raises(RuntimeError, match="exited with 1"):
-        await asyncio.to_thread(proc.start, "listening", 30.0, 1)
+        await asyncio.to_thread(proc.start, "listening", 30.0)
     assert message in proc.stderr()
 
 
