@@ -149,8 +149,9 @@ def _keep_finished_s(config: Config) -> float | None:
 
 
 class ServerApp:
-    def __init__(self, config: Config, *, on_listening: Callable[[Listening], None] | None = None,
-                 store: Store | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, config: Config, *, on_listening: Callable[[Listening], None] | None = None, store: Store | None = None
+    ) -> None:
         self.config = config
         self.file_config = config
         """The configuration as read; ``config`` is it with the pools the shard's durable placements
@@ -204,13 +205,15 @@ class ServerApp:
     # ------------------------------------------------------------------------------- listeners
 
     async def _listen(self, *, standby: bool) -> grpc.aio.Server:
-        server = grpc.aio.server(options=server_options(self.config, standby=standby),
-                                 interceptors=telemetry.grpc_interceptors())  # fmt: skip
+        server = grpc.aio.server(
+            options=server_options(self.config, standby=standby), interceptors=telemetry.grpc_interceptors()
+        )
         services = GrpcServices(self.api, self.authenticator, router=self.router, standby=standby, unary=self.unary)
         services.add_to(server)
         # Calls other nodes forward here, several per message on one stream per node.
-        forwarding = ForwardService(self.router, self.authenticator, self.unary, services.principal_of,
-                                    self.config.limits.max_message_bytes)  # fmt: skip
+        forwarding = ForwardService(
+            self.router, self.authenticator, self.unary, services.principal_of, self.config.limits.max_message_bytes
+        )
         forwarding.add_to(server)
         address = _format_addr(self._host, self._port)
         if self.web_front is not None:
@@ -250,8 +253,9 @@ class ServerApp:
         # The HTTP gateway runs for the whole process: it asks the Api on every request whether
         # this node is the serving leader (standbys answer 503, /readyz included).
         try:
-            self.http = await start_http(self.api, self.config, authenticator=self.authenticator, router=self.router,
-                                         unary=self.unary)  # fmt: skip
+            self.http = await start_http(
+                self.api, self.config, authenticator=self.authenticator, router=self.router, unary=self.unary
+            )
         except ListenError as exc:
             raise BindError(str(exc)) from None
         try:
