@@ -92,8 +92,9 @@ class _TempCluster:
                 shutil.chown(self.root, user="postgres", group="postgres")
             except (LookupError, PermissionError) as exc:
                 pytest.fail(f"running as root, but cannot hand {self.root} to the postgres user: {exc}")
-        init = self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "-E", "UTF8",
-                         "--locale=C", "--no-sync")  # fmt: skip
+        init = self._run(
+            "initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "-E", "UTF8", "--locale=C", "--no-sync"
+        )
         if init.returncode != 0:
             pytest.fail(f"initdb failed:\n{init.stdout}\n{init.stderr}")
         last = ""
@@ -103,8 +104,9 @@ class _TempCluster:
                 f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root} -c fsync=off "
                 "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
             )
-            started = self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60",
-                                "-o", options, "start")  # fmt: skip
+            started = self._run(
+                "pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60", "-o", options, "start"
+            )
             if started.returncode == 0:
                 return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
             last = started.stdout + started.stderr
@@ -121,8 +123,9 @@ class _TempCluster:
             f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root} -c fsync=off "
             "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
         )
-        started = self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60", "-o", options,
-                            "start")  # fmt: skip
+        started = self._run(
+            "pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60", "-o", options, "start"
+        )
         if started.returncode != 0:
             pytest.fail(f"could not restart the throwaway Postgres server:\n{started.stdout}{started.stderr}")
 
