@@ -74,8 +74,15 @@ def bound_ports(line: str) -> dict[str, int]:
 
 
 class ServerProcess:
-    def __init__(self, directory: Path, config: str | None, *, name: str = "server", args: tuple[str, ...] = (),
-                 env: dict[str, str] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        directory: Path,
+        config: str | None,
+        *,
+        name: str = "server",
+        args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.directory = directory
         self.config_template = config
         self.name = name
@@ -190,8 +197,14 @@ class ServerProcess:
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, **(env or {})}
     full_env.pop("CRONOQ_CONFIG", None)
-    return subprocess.run([sys.executable, "-m", "cronoq.server.main", *args], capture_output=True, text=True,
-                          cwd=ROOT, env=full_env, timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "cronoq.server.main", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=full_env,
+        timeout=timeout,
+    )
 
 
 class ChildWorker:
@@ -200,8 +213,13 @@ class ChildWorker:
 
     def __init__(self, target: str, pool: str, token: str) -> None:
         script = Path(__file__).with_name("worker_child.py")
-        self.proc = subprocess.Popen([sys.executable, str(script), target, pool, token], stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True, cwd=ROOT)  # fmt: skip
+        self.proc = subprocess.Popen(
+            [sys.executable, str(script), target, pool, token],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=ROOT,
+        )
         self.lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=ServerProcess._pump, args=(self.proc, self.lines), daemon=True).start()
 

@@ -49,8 +49,9 @@ max = 2
 """
 
 
-def config_text(*, server: str = "", limits: str = "", auth: bool = True, pools: str = POOLS_TOML,
-                max_wait_s: float = 5) -> str:  # fmt: skip
+def config_text(
+    *, server: str = "", limits: str = "", auth: bool = True, pools: str = POOLS_TOML, max_wait_s: float = 5
+) -> str:
     """A configuration with both listeners on port 0. ``server``/``limits`` add keys to those
     sections; ``auth=False`` leaves authentication off."""
     return f"""
