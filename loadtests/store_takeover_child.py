@@ -12,8 +12,11 @@ Every line on stdout is ``<EVENT> <unix time> [details]``, flushed at once:
 * ``LEADER <t> <epoch>``: the leader leads; ``READY <t> <n>``: it acknowledged all N tasks.
 * ``STANDBY <t>``: the standby is up and competing for leadership.
 * ``ACQUIRED <t>``: the standby's store granted it leadership.
-* ``RECOVERED <t> <seconds> <tasks>``: its ``recover()`` returned (its duration, tasks read).
-* ``SERVING <t>``: it leads, has restored the shard and accepts calls.
+* ``RECOVERED <t> <seconds> <tasks> <cpu seconds>``: its ``recover()`` returned (its duration,
+  tasks read, and the CPU time this process spent meanwhile, all threads).
+* ``SERVING <t> <cpu seconds>``: it leads, has restored the shard and accepts calls (CPU time
+  spent since recovery ended). On a shared machine CPU times tell the work done where wall
+  times also count the waits for a core.
 * ``DISPATCH <t>``: its executor started the first attempt (a task it submits itself once it
   serves, if the backlog is empty).
 * ``PEAK <t> <bytes>``: (``--serve``) the process's peak resident set size so far (``VmHWM``).
@@ -37,6 +40,7 @@ import cronoq
 LOCK_POLL = 0.1  # how often a standby tries to take leadership (both stores)
 SQLITE_LEASE_TTL = 2.0  # a dead SQLite leader's lease runs out after at most this long
 SQLITE_LEASE_RENEW = 0.5
+RECOVERED_CPU = [0.0]  # process CPU time when recovery returned
 
 
 def say(event: str, *details: object) -> None:
@@ -88,9 +92,11 @@ def open_store(spec: str, timed: bool, leadership: dict[str, float] | None = Non
             return epoch
 
         async def recover(self, now: int, retention: int | None = None) -> Recovered:
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
             result: Recovered = await super().recover(now, retention)
-            say("RECOVERED", f"{time.perf_counter() - started:.6f}", len(result.tasks))
+            spent = time.process_time() - cpu
+            say("RECOVERED", f"{time.perf_counter() - started:.6f}", len(result.tasks), f"{spent:.6f}")
+            RECOVERED_CPU[0] = time.process_time()
             return result
 
     return Timed(*args, **kw)
@@ -125,7 +131,7 @@ async def stand_by(store_spec: str, serve: bool, leadership: dict[str, float]) -
     sched = cronoq.Scheduler([pool], store=open_store(store_spec, True, leadership))
     say("STANDBY")
     await sched.start()  # returns once this process leads and has restored the shard
-    say("SERVING")
+    say("SERVING", f"{time.process_time() - RECOVERED_CPU[0]:.6f}")
     await sched.submit(-1)  # a task of its own, behind the backlog (the only one if none)
     await first.wait()
     if serve:
