@@ -237,7 +237,7 @@ async def test_fresh_schema_and_upgrade_from_v1(postgres_dsn: str, pg_schema: st
         rec = await store.recover(T0)
         assert [(t.record.id, t.record.spec.payload) for t in rec.tasks] == [(7, {"v": 1})]
         versions = await conn.fetch(f"SELECT version FROM {s}.cronoq_schema_version ORDER BY version")
-        assert [r[0] for r in versions] == [1, 2, 3, 4, 5, 6] == list(range(1, schema_mod.LATEST + 1))
+        assert [r[0] for r in versions] == [1, 2, 3, 4, 5, 6, 7] == list(range(1, schema_mod.LATEST + 1))
         assert await conn.fetchval(f"SELECT shard FROM {s}.cronoq_shard") == "s1"
         indexes = {r[0] for r in await conn.fetch("SELECT indexname FROM pg_indexes WHERE schemaname = $1", pg_schema)}
         assert {"cronoq_tasks_key_idx", "cronoq_tasks_finished_idx"} <= indexes
@@ -251,7 +251,7 @@ async def test_concurrent_first_start(postgres_dsn: str, pg_schema: str, stores:
     conn = await asyncpg.connect(postgres_dsn)
     try:
         rows = await conn.fetch(f'SELECT version FROM "{pg_schema}".cronoq_schema_version')
-        assert sorted(r[0] for r in rows) == list(range(1, schema_mod.LATEST + 1)) == [1, 2, 3, 4, 5, 6]
+        assert sorted(r[0] for r in rows) == list(range(1, schema_mod.LATEST + 1)) == [1, 2, 3, 4, 5, 6, 7]
     finally:
         await conn.close()
 
