@@ -19,7 +19,8 @@ Every line on stdout is ``<EVENT> <unix time> [details]``, flushed at once:
   times also count the waits for a core.
 * ``DISPATCH <t>``: its executor started the first attempt (a task it submits itself once it
   serves, if the backlog is empty).
-* ``PEAK <t> <bytes>``: (``--serve``) the process's peak resident set size so far (``VmHWM``).
+* ``PEAK <t> <bytes> <bytes>``: (``--serve``) the process's peak resident set size so far
+  (``VmHWM``), then its resident set once the takeover's garbage is collected (``VmRSS``).
 
 The leader's pool has no slots, so every task stays live (Ready) until the standby takes over.
 Lease and poll settings are short, and printed by the parent with the results.
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import sys
 import time
 from typing import Any
@@ -48,12 +50,13 @@ def say(event: str, *details: object) -> None:
     sys.stdout.flush()
 
 
-def peak_rss() -> int:
-    """This process's peak resident set size in bytes (``VmHWM``; 0 where /proc has none)."""
+def resident(field: str = "VmHWM") -> int:
+    """This process's peak (``VmHWM``) or current (``VmRSS``) resident set size in bytes (0
+    where /proc has none)."""
     try:
         with open("/proc/self/status") as status:
             for line in status:
-                if line.startswith("VmHWM:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
@@ -135,7 +138,8 @@ async def stand_by(store_spec: str, serve: bool, leadership: dict[str, float]) -
     await sched.submit(-1)  # a task of its own, behind the backlog (the only one if none)
     await first.wait()
     if serve:
-        say("PEAK", peak_rss())
+        gc.collect()  # what the shard keeps, without the garbage of the takeover
+        say("PEAK", resident(), resident("VmRSS"))
         await forever.wait()  # until killed
     await sched.shutdown(0.5)
 

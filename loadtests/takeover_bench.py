@@ -16,7 +16,8 @@ store granted leadership; ``recover_ms`` its ``store.recover()``; ``restore_ms``
 recovery until it serves (engine restore); ``recover_cpu_ms`` and ``restore_cpu_ms`` the CPU
 time the new leader spent in those two (on a busy machine wall times also count the waits for a
 core, CPU times only the work); ``peak_rss_mib`` the new leader's
-peak resident set (``VmHWM``) once it serves; ``recovered_tasks``. The leadership settings are the
+peak resident set (``VmHWM``) once it serves, ``rss_mib`` its resident set then, after a garbage
+collection (memory the allocator freed but kept counts too); ``recovered_tasks``. The leadership settings are the
 store's defaults unless given (``lock_poll_s``, ``lease_ttl_s`` and ``lease_renew_s`` are printed).
 
 Case ``engine_memory_<n>``: bytes per pending no-payload task in the engine, in this process:
@@ -83,6 +84,7 @@ def measure(case: str, live: int, fault_at: float, child: Child, leadership: dic
         recover_cpu_ms=round(float(recover_cpu) * 1000),
         restore_cpu_ms=round(float(restore_cpu) * 1000),
         peak_rss_mib=round(int(child.events["PEAK"][1]) / MIB, 1),
+        rss_mib=round(int(child.events["PEAK"][2]) / MIB, 1),
         lock_poll_s=leadership["lock_poll"],
         lease_ttl_s=leadership["lease_ttl"],
         lease_renew_s=leadership["lease_renew"],
