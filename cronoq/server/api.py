@@ -24,7 +24,7 @@ from cronoq.config import Config, Role
 from cronoq.engine import Core, Snapshot, TaskInfo, TaskRef, TaskSpec, TaskStatus
 from cronoq.engine.cron import CronSchedule
 from cronoq.engine.recurring import RUN_KEY_SUFFIX_LEN, is_run_key
-from cronoq.engine.types import ConfigError
+from cronoq.engine.types import AdmissionError, ConfigError, SubmitCode
 from cronoq.engine.views import RecurringInfo
 from cronoq.proto import console_pb2 as cpb
 from cronoq.proto import cronoq_pb2 as pb
@@ -217,6 +217,21 @@ class Api:
                 raise ApiError.invalid(f"resource {name!r} belongs to shard {owner.name!r}; a task can only use "
                                        f"its own shard's resources")  # fmt: skip
 
+    def _foreign_dependency(self, exc: AdmissionError, specs: Sequence[TaskSpec]) -> ApiError | None:
+        """The refusal of a dependency on a task another shard created and this one does not hold:
+        with pool moves the id alone no longer decides (a moved pool's tasks keep their ids), so it
+        is told once the engine did not find it."""
+        if exc.code is not SubmitCode.UNKNOWN_DEPENDENCY or not self.config.sharded:
+            return None
+        spec = specs[exc.index or 0]
+        for dep in spec.deps:
+            target = dep.target
+            if isinstance(target, int) and target >> 56 != self._shard_number and exc.message.endswith(f" {target}"):
+                where = "" if exc.index is None else f"task {exc.index}: "
+                return ApiError.invalid(f"{where}dependency {target} is a task of another shard; a task can only "
+                                        f"depend on tasks of its own shard")  # fmt: skip
+        return None
+
     async def _visible_info(self, principal: Principal, ref: TaskRef) -> tuple[TaskInfo, bool]:
         """A task the caller may see; tasks of other pools look like they do not exist."""
         found = await self.current().get(ref)
@@ -310,7 +325,10 @@ class Api:
         service = self.current()
         spec = self._spec(principal, request.task, self.clock(), outgoing_traceparent())
         await self._check_references(principal, [spec])
-        task_id, duplicate = await service.submit(spec)
+        try:
+            task_id, duplicate = await service.submit(spec)
+        except AdmissionError as exc:
+            raise self._foreign_dependency(exc, [spec]) or exc from None
         if duplicate:
             await self._check_duplicates(principal, [task_id])
         response = pb.SubmitResponse(id=task_id, duplicate=duplicate)
@@ -337,7 +355,10 @@ class Api:
             except ApiError as err:
                 raise ApiError(err.code, f"task {index}: {err.message}", err.metadata) from None
         await self._check_references(principal, specs)
-        admitted = await service.submit_batch(specs)
+        try:
+            admitted = await service.submit_batch(specs)
+        except AdmissionError as exc:
+            raise self._foreign_dependency(exc, specs) or exc from None
         duplicates = [task_id for task_id, duplicate in admitted if duplicate]
         if duplicates:
             await self._check_duplicates(principal, duplicates)
