@@ -130,6 +130,11 @@ class Outcomes:
             raise EngineFault.wrap(error, task_id=task.id) from error
         return True
 
+    def complete_many(self, now: int, reports: Iterable[tuple[int, Outcome]]) -> list[bool]:
+        """``complete`` for each (lease id, outcome) in order, in one call."""
+        complete = self.complete
+        return [complete(now, lease_id, outcome) for lease_id, outcome in reports]
+
     def on_timeout(self, lease: LeaseState, now: int) -> None:
         """The attempt ran past its task's timeout: stop it and fail the attempt."""
         task = lease.task
@@ -179,13 +184,12 @@ class Outcomes:
             self._dispatcher.wake_resources(now)
         if ran:
             duration = now - lease.started_at
-            bucket.run.record(duration)
-            if task.fixed is not None:
-                bucket.fixed_run.record(duration)
             hist = pool.kind_durations.get(task.kind)
             if hist is None:
                 hist = pool.kind_durations[task.kind] = LogLinearHistogram()
-            hist.record(duration)
+            bucket.run.record_with(hist, duration)
+            if task.fixed is not None:
+                bucket.fixed_run.record(duration)
             pool.completed += 1
             if pool.autoscaler is not None:
                 pool.autoscaler.record_run(duration)
