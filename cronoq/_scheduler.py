@@ -701,8 +701,7 @@ class Scheduler:
     def _apply_reports(self, core: Core, now: int) -> None:
         done = self._done
         self._done = []
-        for lease_id, outcome in done:
-            core.complete(now, lease_id, outcome)
+        core.complete_many(now, done)
 
     # Sink callbacks -------------------------------------------------------------------------------
 

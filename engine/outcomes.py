@@ -184,12 +184,13 @@ class Outcomes:
             self._dispatcher.wake_resources(now)
         if ran:
             duration = now - lease.started_at
+            bucket.run.record(duration)
+            if task.fixed is not None:
+                bucket.fixed_run.record(duration)
             hist = pool.kind_durations.get(task.kind)
             if hist is None:
                 hist = pool.kind_durations[task.kind] = LogLinearHistogram()
-            bucket.run.record_with(hist, duration)
-            if task.fixed is not None:
-                bucket.fixed_run.record(duration)
+            hist.record(duration)
             pool.completed += 1
             if pool.autoscaler is not None:
                 pool.autoscaler.record_run(duration)

@@ -81,25 +81,6 @@ class LogLinearHistogram:
         self.count += 1
         self.total += value
 
-    def record_with(self, other: LogLinearHistogram, value: int) -> None:
-        """``record(value)`` here and in ``other``, finding the bucket once (every finished
-        attempt's run time goes to its window bucket and to its kind's durations)."""
-        if value < _LINEAR_LIMIT:
-            if value < 0:
-                value = 0
-            index = value
-        else:
-            shift = value.bit_length() - _SHIFT_BASE
-            index = (shift << _SUB_BITS) + (value >> shift)
-        buckets = self._buckets
-        buckets[index] = buckets.get(index, 0) + 1
-        self.count += 1
-        self.total += value
-        buckets = other._buckets
-        buckets[index] = buckets.get(index, 0) + 1
-        other.count += 1
-        other.total += value
-
     def merge(self, other: LogLinearHistogram) -> None:
         if not other.count:
             return
