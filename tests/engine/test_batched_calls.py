@@ -149,9 +149,7 @@ def test_batched_calls_match_one_call_per_task(plan: list[Round]) -> None:
     for step in plan:
         assert submit_each(single, now, step.submissions) == submit_many(batched, now, step.submissions)
         chosen = reports(step.completions, running)
-        assert [single.complete(now, lease, outcome) for lease, outcome in chosen] == batched.complete_many(
-            now, chosen
-        )
+        assert [single.complete(now, lease, outcome) for lease, outcome in chosen] == batched.complete_many(now, chosen)
         now += ns(step.advance)
         single.tick(now)
         batched.tick(now)
