@@ -45,6 +45,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="seconds leader-pause freezes the leader; outages scale from it (default 15)")  # fmt: skip
     run.add_argument("--backlog", type=int, default=0, metavar="N",
                      help="live tasks (due in an hour) put in shard s1 first: what a new leader recovers")  # fmt: skip
+    run.add_argument("--net", choices=("netns", "proxy"),
+                     help="how partition drills cut nodes: network namespaces and routes, or loopback proxies "
+                          "(default netns where `ip netns add` works, else proxy)")  # fmt: skip
     run.add_argument("--report", type=Path, metavar="DIR", help="write report.md, runs.jsonl and plots here")
     run.add_argument("--keep", action="store_true", help="keep each run's ledger and logs under --report DIR")
     return parser
@@ -89,6 +92,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "check":
         return _check(args.ledgers)
     problem = _validate(args)
+    if problem is None and args.net == "netns":
+        from .netns import available
+
+        if not available():
+            problem = "--net netns needs root and iproute2 (`ip netns add` failed here); use --net proxy"
     names = list(drills) if args.drills == ["all"] else args.drills
     unknown = [name for name in names if name not in drills]
     if unknown:
@@ -127,7 +135,7 @@ def _check(paths: Sequence[Path]) -> int:
 
 
 def _table(files: Sequence[Path], *, markdown: bool) -> int:
-    from .report import read_lines, summarize_lines, summary_table
+    from .report import move_table, read_lines, summarize_lines, summary_table
 
     lines = []
     for path in files:
@@ -138,6 +146,9 @@ def _table(files: Sequence[Path], *, markdown: bool) -> int:
             return 1
     try:
         print(summary_table(summarize_lines(lines), markdown=markdown))
+        moves = move_table(lines, markdown=markdown)
+        if moves is not None:
+            print(f"\n{moves}")
     except (KeyError, TypeError) as exc:
         print(f"cronoq chaos table: not a runs.jsonl line of `cronoq chaos run` ({exc})", file=sys.stderr)
         return 1
@@ -146,14 +157,15 @@ def _table(files: Sequence[Path], *, markdown: bool) -> int:
 
 async def _run(args: argparse.Namespace, drills: Sequence[object]) -> int:
     from .drills import Drill
-    from .report import summarize, summary_table, write_report
+    from .report import move_table, summarize, summary_table, write_report
     from .run import RunOptions, RunOutcome, outcome_json, run_drill
 
     outcomes: list[RunOutcome] = []
     failures = 0
     lines: list[str] = []
     base = RunOptions(shards=args.shards, replicas=args.replicas, tasks=args.tasks, rate=args.rate, seed=args.seed,
-                      store=args.store, dsn=args.dsn, pause_s=args.pause, backlog=args.backlog)  # fmt: skip
+                      store=args.store, dsn=args.dsn, pause_s=args.pause, backlog=args.backlog,
+                      net=args.net or "auto")  # fmt: skip
     for drill in drills:
         assert isinstance(drill, Drill)
         store = args.store if args.store in drill.stores else sorted(drill.stores)[0]
@@ -179,6 +191,9 @@ async def _run(args: argparse.Namespace, drills: Sequence[object]) -> int:
             lines.append(line)
     print()
     print(summary_table(summarize(outcomes)))
+    moves = move_table([json.loads(line) for line in lines])
+    if moves is not None:
+        print(f"\n{moves}")
     if args.report is not None:
         command = "cronoq chaos " + " ".join(shlex.quote(a) for a in sys.argv[1:])
         path = write_report(args.report, outcomes, lines, command)

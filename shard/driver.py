@@ -234,7 +234,9 @@ class Driver:
             collecting = gc.isenabled()
             gc.disable()
             try:
+                started = time.monotonic()
                 recovered = await store.recover(now, config.retention)
+                read = time.monotonic()
                 # In a thread: restoring a large backlog takes seconds, during which the event
                 # loop must go on renewing the store's lease (or lose leadership at once).
                 core = await asyncio.to_thread(
@@ -245,6 +247,8 @@ class Driver:
             finally:
                 if collecting:
                     gc.enable()
+            log.info("recovered %d tasks in %.3f s, restored in %.3f s", len(recovered.tasks), read - started,
+                     time.monotonic() - read)  # fmt: skip
         self.core = core
         self.role = Role.LEADER
         self._gc_tuned = True

@@ -24,7 +24,7 @@ from cronoq.config import Config, Role
 from cronoq.engine import Core, Snapshot, TaskInfo, TaskRef, TaskSpec, TaskStatus
 from cronoq.engine.cron import CronSchedule
 from cronoq.engine.recurring import RUN_KEY_SUFFIX_LEN, is_run_key
-from cronoq.engine.types import ConfigError
+from cronoq.engine.types import AdmissionError, ConfigError, SubmitCode
 from cronoq.engine.views import RecurringInfo
 from cronoq.proto import console_pb2 as cpb
 from cronoq.proto import cronoq_pb2 as pb
@@ -36,7 +36,7 @@ from . import convert
 from .auth import Principal
 from .errors import ApiError, Code, from_exception
 from .history import PAYLOAD_PREVIEW_BYTES, task_detail, task_query
-from .moves import PoolMoves
+from .moves import ABORTABLE, PoolMoves
 from .telemetry import TRACEPARENT, outgoing_traceparent
 
 __all__ = ["DEFAULT_LIST_LIMIT", "Api", "default_pool_name"]
@@ -101,6 +101,8 @@ class Api:
         # Pool moves (docs/pool-moves.md): set by the server when its shard keeps placements.
         self.moves: PoolMoves | None = None
         self.relead: Callable[[], None] = lambda: None
+        self.drain: Callable[[MoveRow, bool], None] = lambda move, start: None
+        """Start (True) or stop draining a pool for ``move`` (the app's ``_drain``)."""
         self.incoming: frozenset[str] = frozenset()
         """Pools handed to this shard that the next leadership will serve (UNAVAILABLE until then)."""
 
@@ -198,11 +200,13 @@ class Api:
         return spec
 
     def _check_one_shard(self, spec: TaskSpec) -> None:
-        """Dependencies and resources never span shards (ids carry their shard's number)."""
+        """Dependencies and resources never span shards (ids carry the number of the shard that
+        created them: with pool moves, a task of another shard's id may be held here, and the
+        engine answers for it)."""
         if not self.config.sharded:
             return
         for dep in spec.deps:
-            if isinstance(dep.target, int) and dep.target >> 56 != self._shard_number:
+            if isinstance(dep.target, int) and dep.target >> 56 != self._shard_number and self.moves is None:
                 raise ApiError.invalid(
                     f"dependency {dep.target} is a task of another shard; a task can only "
                     f"depend on tasks of its own shard"
@@ -216,6 +220,23 @@ class Api:
                 raise ApiError.invalid(
                     f"resource {name!r} belongs to shard {owner.name!r}; a task can only use its own shard's resources"
                 )
+
+    def _foreign_dependency(self, exc: AdmissionError, specs: Sequence[TaskSpec]) -> ApiError | None:
+        """The refusal of a dependency on a task another shard created and this one does not hold:
+        with pool moves the id alone no longer decides (a moved pool's tasks keep their ids), so it
+        is told once the engine did not find it."""
+        if exc.code is not SubmitCode.UNKNOWN_DEPENDENCY or not self.config.sharded:
+            return None
+        spec = specs[exc.index or 0]
+        for dep in spec.deps:
+            target = dep.target
+            if isinstance(target, int) and target >> 56 != self._shard_number and exc.message.endswith(f" {target}"):
+                where = "" if exc.index is None else f"task {exc.index}: "
+                return ApiError.invalid(
+                    f"{where}dependency {target} is a task of another shard; a task can only "
+                    f"depend on tasks of its own shard"
+                )
+        return None
 
     async def _visible_info(self, principal: Principal, ref: TaskRef) -> tuple[TaskInfo, bool]:
         """A task the caller may see; tasks of other pools look like they do not exist."""
@@ -318,7 +339,10 @@ class Api:
         service = self.current()
         spec = self._spec(principal, request.task, self.clock(), outgoing_traceparent())
         await self._check_references(principal, [spec])
-        task_id, duplicate = await service.submit(spec)
+        try:
+            task_id, duplicate = await service.submit(spec)
+        except AdmissionError as exc:
+            raise self._foreign_dependency(exc, [spec]) or exc from None
         if duplicate:
             await self._check_duplicates(principal, [task_id])
         response = pb.SubmitResponse(id=task_id, duplicate=duplicate)
@@ -345,7 +369,10 @@ class Api:
             except ApiError as err:
                 raise ApiError(err.code, f"task {index}: {err.message}", err.metadata) from None
         await self._check_references(principal, specs)
-        admitted = await service.submit_batch(specs)
+        try:
+            admitted = await service.submit_batch(specs)
+        except AdmissionError as exc:
+            raise self._foreign_dependency(exc, specs) or exc from None
         duplicates = [task_id for task_id, duplicate in admitted if duplicate]
         if duplicates:
             await self._check_duplicates(principal, duplicates)
@@ -617,8 +644,8 @@ class Api:
 
     @_api_errors
     async def move_pool(self, principal: Principal, request: cpb.MovePoolRequest) -> cpb.MoveStatus:
-        """Record a move of a pool this shard serves, then take the lead again to carry it out
-        (docs/pool-moves.md). Admin role; a scoped admin only for pools in its scope."""
+        """Record a move of a pool this shard serves and drain the pool; the next leadership
+        carries it out (docs/pool-moves.md). Admin role; a scoped admin only for pools in its scope."""
         principal.require(Role.ADMIN)
         pool = convert.text(request.pool, "pool", MAX_NAME_LEN)
         self.check_pool(principal, pool)  # in scope, known, and served here (or: which shard serves it)
@@ -640,7 +667,7 @@ class Api:
         version = (placement.version if placement is not None else 1) + 1
         move, new = await moves.request(service.driver.epoch or 0, pool, target, version)
         if new:
-            self.relead()
+            self.drain(move, True)
         return self._move_status(pool, move)
 
     @_api_errors
@@ -654,13 +681,22 @@ class Api:
 
     @_api_errors
     async def abort_move(self, principal: Principal, request: cpb.MoveRequest) -> cpb.MoveStatus:
-        """Abandon a pool's move that has not been carried out yet (admin role)."""
+        """Abandon a pool's move while nothing of it has reached the target (admin role); otherwise
+        FAILED_PRECONDITION naming the move's phase and what to do instead."""
         principal.require(Role.ADMIN)
         pool = convert.text(request.pool, "pool", MAX_NAME_LEN)
         self.check_pool(principal, pool)
         service = self.current()
-        move = await self._moves().abort(service.driver.epoch or 0, pool)
-        return self._move_status(pool, move)
+        moves = self._moves()
+        move = await moves.latest(pool)
+        if move is None:
+            raise ApiError(Code.FAILED_PRECONDITION, f"pool {pool!r} has no move to abort on this shard")
+        if move.phase in ABORTABLE and await moves.abort(service.driver.epoch or 0, move):
+            self.drain(move, False)
+            return self._move_status(pool, await moves.latest(pool))
+        local = self.config.local_shard()
+        now = await moves.latest(pool) or move
+        raise ApiError(Code.FAILED_PRECONDITION, _cannot_abort(now, local.name if local is not None else ""))
 
     async def _switch_schedule(
         self, principal: Principal, request: cpb.ScheduleRequest, *, paused: bool
@@ -674,6 +710,20 @@ class Api:
             if info is None or not principal.sees(info.pool):
                 return cpb.ScheduleResponse(found=False)
         return cpb.ScheduleResponse(found=await service.pause_recurring(name, paused))
+
+
+def _cannot_abort(move: MoveRow, source: str) -> str:
+    """Why ``move`` cannot be aborted in its phase, and what to do instead."""
+    what = f"the move of pool {move.pool!r} to shard {move.target!r} is {move.phase!r}"
+    if move.phase == "transferring":
+        return (
+            f"{what}: the target may own the pool already, so it cannot be aborted; it finishes at this "
+            f"shard's next leadership; then move it back with `cronoq admin move-pool {move.pool} --to "
+            f"{source}`"
+        )
+    if move.phase == "done":
+        return f"{what}: move it back with `cronoq admin move-pool {move.pool} --to {source}`"
+    return f"{what}: it is over, there is nothing to abort"
 
 
 def _schedule(info: RecurringInfo, now: int) -> cpb.Schedule:

@@ -14,7 +14,7 @@ from typing import Any
 from cronoq.config import LimitsConfig
 from cronoq.proto import cronoq_pb2 as pb
 
-__all__ = ["document"]
+__all__ = ["document", "error_responses", "operation"]
 
 Schema = dict[str, Any]
 
@@ -601,6 +601,12 @@ def _paths(limits: LimitsConfig) -> dict[str, Any]:
     return paths
 
 
+operation = _operation
+"""``_operation`` for the modules that add their calls to the document (``http_moves``)."""
+error_responses = _responses
+"""``_responses`` for the same modules."""
+
+
 def document(limits: LimitsConfig | None = None, resources: Mapping[str, int] | None = None) -> dict[str, Any]:
     """The OpenAPI document for a server with these limits (the defaults when ``None``) and these
     resources (name: the most units one task may ask for)."""
@@ -630,4 +636,7 @@ def document(limits: LimitsConfig | None = None, resources: Mapping[str, int] | 
     from .console.openapi import extend  # the console's calls: history filters, details, events, ...
 
     extend(out, UNIX_NS_OUT, ID_OUT, SHARD_NAMES)
+    from .http_moves import extend_openapi  # pool moves
+
+    extend_openapi(out, UNIX_NS_OUT)
     return out
