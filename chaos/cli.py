@@ -45,6 +45,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="seconds leader-pause freezes the leader; outages scale from it (default 15)")  # fmt: skip
     run.add_argument("--backlog", type=int, default=0, metavar="N",
                      help="live tasks (due in an hour) put in shard s1 first: what a new leader recovers")  # fmt: skip
+    run.add_argument("--net", choices=("netns", "proxy"),
+                     help="how partition drills cut nodes: network namespaces and routes, or loopback proxies "
+                          "(default netns where `ip netns add` works, else proxy)")  # fmt: skip
     run.add_argument("--report", type=Path, metavar="DIR", help="write report.md, runs.jsonl and plots here")
     run.add_argument("--keep", action="store_true", help="keep each run's ledger and logs under --report DIR")
     return parser
@@ -89,6 +92,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "check":
         return _check(args.ledgers)
     problem = _validate(args)
+    if problem is None and args.net == "netns":
+        from .netns import available
+
+        if not available():
+            problem = "--net netns needs root and iproute2 (`ip netns add` failed here); use --net proxy"
     names = list(drills) if args.drills == ["all"] else args.drills
     unknown = [name for name in names if name not in drills]
     if unknown:
@@ -153,7 +161,8 @@ async def _run(args: argparse.Namespace, drills: Sequence[object]) -> int:
     failures = 0
     lines: list[str] = []
     base = RunOptions(shards=args.shards, replicas=args.replicas, tasks=args.tasks, rate=args.rate, seed=args.seed,
-                      store=args.store, dsn=args.dsn, pause_s=args.pause, backlog=args.backlog)  # fmt: skip
+                      store=args.store, dsn=args.dsn, pause_s=args.pause, backlog=args.backlog,
+                      net=args.net or "auto")  # fmt: skip
     for drill in drills:
         assert isinstance(drill, Drill)
         store = args.store if args.store in drill.stores else sorted(drill.stores)[0]

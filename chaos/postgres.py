@@ -12,8 +12,10 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
+from cronoq.cluster.layout import HOST
 from cronoq.cluster.replica import free_port
 
 __all__ = ["PostgresError", "ThrowawayPostgres", "find_bindir"]
@@ -51,7 +53,7 @@ def find_bindir() -> Path | None:
 class ThrowawayPostgres:
     """``start()`` once; then ``stop(mode)`` / ``restart()`` as the drill wants; ``destroy()`` at the end."""
 
-    def __init__(self, bindir: Path | None = None) -> None:
+    def __init__(self, bindir: Path | None = None, *, host: str = HOST, prefix: Sequence[str] = ()) -> None:
         found = bindir or find_bindir()
         if found is None:
             raise PostgresError(
@@ -59,6 +61,10 @@ class ThrowawayPostgres:
                 "(e.g. `apt-get install postgresql`) or run the drills with --store sqlite"
             )
         self.bindir = found
+        self.host = host
+        """The address it listens on: loopback, or its own in a network namespace (``prefix``
+        starts its programs there, e.g. ``ip netns exec NAME``)."""
+        self.prefix = list(prefix)
         self.as_postgres = os.geteuid() == 0
         self.root = Path(tempfile.mkdtemp(prefix="cronoq-chaos-pg-"))
         self.data = self.root / "data"
@@ -67,12 +73,13 @@ class ThrowawayPostgres:
 
     @property
     def dsn(self) -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        return f"postgresql://postgres@{self.host}:{self.port}/postgres"
 
     def _run(self, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
         command = [str(self.bindir / args[0]), *args[1:]]
         if self.as_postgres:
             command = ["runuser", "-u", "postgres", "--", *command]
+        command = [*self.prefix, *command]
         return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=self.root)
 
     def _options(self) -> str:
@@ -81,7 +88,7 @@ class ThrowawayPostgres:
         # acknowledged tasks lost by Postgres, not by cronoq. fsync and full-page writes stay off:
         # the drills crash processes, never the machine, so the kernel's page cache survives.
         return (
-            f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root} -c fsync=off "
+            f"-c listen_addresses={self.host} -p {self.port} -k {self.root} -c fsync=off "
             "-c synchronous_commit=on -c full_page_writes=off -c max_connections=300"
         )
 
@@ -92,6 +99,10 @@ class ThrowawayPostgres:
                          "--locale=C", "--no-sync")  # fmt: skip
         if made.returncode != 0:
             raise PostgresError(f"initdb failed:\n{made.stdout}{made.stderr}")
+        if self.host != HOST:
+            # The servers connect from their own namespaces, on the subnet this one is on.
+            with open(self.data / "pg_hba.conf", "a") as hba:
+                hba.write("host all all samenet trust\n")
         last = ""
         for _ in range(5):
             self.port = free_port()

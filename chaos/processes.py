@@ -14,7 +14,6 @@ from pathlib import Path
 
 from cronoq.cluster.background import BackgroundLoop
 from cronoq.cluster.launcher import RunningShard
-from cronoq.cluster.layout import HOST
 from cronoq.cluster.probe import http_status
 
 __all__ = ["ChildProcess", "LeaderMonitor"]
@@ -98,12 +97,12 @@ class LeaderMonitor(BackgroundLoop):
     async def poll(self) -> None:
         replicas = [(shard.name, replica) for shard in self.shards for replica in shard.replicas]
 
-        async def serving(port: int, alive: bool) -> bool:
+        async def serving(host: str, port: int, alive: bool) -> bool:
             if not alive:
                 return False
-            return await http_status(HOST, port, "/readyz", MONITOR_TIMEOUT_S) == 200
+            return await http_status(host, port, "/readyz", MONITOR_TIMEOUT_S) == 200
 
-        answers = await asyncio.gather(*(serving(r.http_port, r.alive) for _, r in replicas))
+        answers = await asyncio.gather(*(serving(r.host, r.http_port, r.alive) for _, r in replicas))
         now = time.time()
         leaders: dict[str, list[str]] = {shard.name: [] for shard in self.shards}
         for (shard, replica), yes in zip(replicas, answers, strict=True):

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cronoq.cluster.launcher import Cluster, RunningShard
-from cronoq.cluster.layout import ClusterOptions, pools_of_shard
+from cronoq.cluster.layout import ClusterOptions, Placement, pools_of_shard, shard_name
 from cronoq.cluster.replica import Replica
 
 from cronoq.client import Client, ClientError, task
@@ -32,6 +32,10 @@ from .checker import CheckResult, Execution, Fault, History, StoredTask, check
 from .drills import Drill
 from .faultproxy import FaultProxy
 from .ledger import Ledger, Submission
+from .netns import POSTGRES_NODE, Network, cluster_network
+from .netns import available as netns_available
+from .netns import placements as network_placements
+from .ownership import Move
 from .postgres import ThrowawayPostgres
 from .processes import ChildProcess, LeaderMonitor
 from .producer import ProducerPlan
@@ -63,6 +67,9 @@ class RunOptions:
     backlog: int = 0
     """Live tasks (scheduled an hour ahead) put into the first shard before the load, so a new
     leader has that many to recover (the checker does not follow them)."""
+    net: str = "auto"
+    """How partition drills cut nodes: ``netns`` (namespaces and routes), ``proxy`` (loopback
+    proxies), or ``auto``: ``netns`` where this process may make namespaces."""
 
 
 @dataclass(slots=True)
@@ -76,6 +83,8 @@ class RunOutcome:
     drained: bool
     history: History
     notes: list[str] = field(default_factory=list)
+    net: str | None = None
+    """``netns`` or ``proxy`` for drills that partition nodes."""
 
 
 class RunContext:
@@ -90,6 +99,7 @@ class RunContext:
         self.cluster: Cluster | None = None
         self.postgres: ThrowawayPostgres | None = None
         self.proxy: FaultProxy | None = None
+        self.network: Network | None = None
         self.monitor: LeaderMonitor | None = None
         self.workers: list[ChildProcess] = []
         self.producers: list[ChildProcess] = []
@@ -169,20 +179,23 @@ def _producer_plans(ctx: RunContext, run_tag: str) -> list[tuple[ProducerPlan, s
     options, drill = ctx.options, ctx.drill
     cluster = ctx.running
     plans = []
-    per = max(1, options.tasks // options.producers)
-    for index in range(options.producers):
-        shard = cluster.shards[index % len(cluster.shards)]
-        pool = shard.plan.pools[0]
+    producers = max(options.producers, drill.min_producers)
+    per = max(1, options.tasks // producers)
+    # Each shard's first pool, then the others: with one pool per shard, one producer per shard.
+    pools = [(shard, pool) for depth in range(drill.pools_per_shard) for shard in cluster.shards
+             for pool in shard.plan.pools[depth : depth + 1]]  # fmt: skip
+    for index in range(producers):
+        shard, pool = pools[index % len(pools)]
         # Producers enter through s1's endpoint: tasks of other shards' pools are forwarded.
         target = cluster.shards[0].plan.grpc_target
-        count = per if index < options.producers - 1 else options.tasks - per * (options.producers - 1)
+        count = per if index < producers - 1 else options.tasks - per * (producers - 1)
         plan = ProducerPlan(
             name=f"p{index + 1}",
             target=target,
             ledger=str(ctx.ledger.path),
             pool=pool,
             count=count,
-            rate=options.rate / options.producers,
+            rate=options.rate / producers,
             seed=options.seed * 1000 + index,
             key_prefix=f"{run_tag}-p{index + 1}",
             dep_every=options.dep_every,
@@ -331,6 +344,18 @@ def history_from_ledger(ledger: Ledger) -> History:
                     None if outcome is None else str(outcome),
                 )
             )
+    history.moves = [
+        Move(
+            str(pool),
+            int(version),
+            str(source),
+            str(target),
+            float(asked),
+            None if done is None else float(done),
+            str(fault),
+        )
+        for pool, version, source, target, asked, done, fault in ledger.query("SELECT * FROM moves ORDER BY rowid")
+    ]
     for name, target_name, shard, started, ended in ledger.query(
         "SELECT name, target, shard, started_at, ended_at FROM faults ORDER BY seq"
     ):
@@ -357,13 +382,28 @@ async def run_drill(
     drained = False
     stored: list[StoredTask] = []
     run_tag = f"{drill.name}-r{run}-s{options.seed}"
+    net = _net_of(drill, options)
+    shard_names = [shard_name(number) for number in range(1, options.shards + 1)]
+    replica_names = [f"{shard}-r{index}" for shard in shard_names for index in range(1, options.replicas + 1)]
+    placements: dict[str, Placement] = {}
     try:
         dsn = options.dsn if options.store == "postgres" else None
-        if options.store == "postgres" and (dsn is None or drill.own_postgres):
-            ctx.postgres = ThrowawayPostgres()
+        if net == "netns":
+            ctx.network = cluster_network(shard_names, replica_names, postgres=options.store == "postgres")
+            await asyncio.to_thread(ctx.network.create)
+            placements = network_placements(ctx.network, shard_names, replica_names)
+        if options.store == "postgres" and (dsn is None or drill.own_postgres or ctx.network is not None):
+            # In namespaces the servers cannot reach a Postgres on loopback: the drill's own runs
+            # in a namespace of its own, which the partition can cut too.
+            network = ctx.network
+            ctx.postgres = (
+                ThrowawayPostgres()
+                if network is None
+                else ThrowawayPostgres(host=network.address(POSTGRES_NODE), prefix=network.prefix(POSTGRES_NODE))
+            )
             await asyncio.to_thread(ctx.postgres.start)
             dsn = ctx.postgres.dsn
-        if dsn is not None and drill.fault_proxy:
+        if dsn is not None and drill.fault_proxy and ctx.network is None:
             port = int(dsn.rsplit(":", 1)[1].split("/", 1)[0])
             ctx.proxy = FaultProxy(port)
             await ctx.proxy.start()
@@ -378,8 +418,12 @@ async def run_drill(
             schema_prefix=f"chaos_{uuid.uuid4().hex[:12]}_",
             restart=drill.restart,
             pool_settings=dict(drill.pool_settings),
+            pools_per_shard=drill.pools_per_shard,
             limits={"max_pending_per_pool": 2 * options.backlog + 100_000} if options.backlog else {},
             shutdown_grace_s=1.0,
+            placements=placements,
+            # The namespaces' addresses are not loopback; the drill's own network is trusted.
+            insecure_peer_http=bool(placements),
         )
         ctx.cluster = Cluster(cluster_options, say=lambda text: ctx.notes.append(text))
         if ctx.proxy is not None:
@@ -392,15 +436,16 @@ async def run_drill(
         worker_token, client_token = ctx.cluster.token("worker"), ctx.cluster.token("client")
         logs = run_dir / "logs"
         logs.mkdir(exist_ok=True)
-        for shard in ctx.cluster.shards:
+        for serving, pool in [(shard, pool) for shard in ctx.cluster.shards for pool in shard.plan.pools]:
             for index in range(options.workers_per_shard):
-                name = f"{shard.name}-w{index + 1}"
+                first = pool == serving.plan.pools[0]
+                name = f"{serving.name}-w{index + 1}" if first else f"{pool}-w{index + 1}"
                 worker = ChildProcess(
                     name,
                     "cronoq.chaos.worker",
                     [
-                        shard.plan.grpc_target,
-                        shard.plan.pools[0],
+                        serving.plan.grpc_target,
+                        pool,
                         name,
                         str(ctx.ledger.path),
                         str(options.worker_slots),
@@ -431,7 +476,8 @@ async def run_drill(
         if options.recurring:
             with contextlib.suppress(ClientError, TimeoutError):
                 await admin.remove_recurring(RECURRING_NAME)
-        pools = [pool for number in range(1, options.shards + 1) for pool in pools_of_shard(number)]
+        pools = [pool for number in range(1, options.shards + 1)
+                 for pool in pools_of_shard(number, drill.pools_per_shard)]  # fmt: skip
         lister = Client(ctx.cluster.shards[0].plan.grpc_target, token=ctx.cluster.token("admin"))
         try:
             stored, problems = await _stored_tasks(lister, pools)
@@ -452,6 +498,8 @@ async def run_drill(
             await ctx.proxy.close()
         if ctx.postgres is not None:
             await asyncio.to_thread(ctx.postgres.destroy)
+        if ctx.network is not None:
+            await asyncio.to_thread(ctx.network.destroy)
     # Kept with the run, so the checker can judge it again offline from the ledger alone.
     if ctx.monitor is not None:
         ctx.ledger.add_leadership(ctx.monitor.changes)
@@ -466,7 +514,16 @@ async def run_drill(
         shutil.copytree(run_dir, target, ignore=shutil.ignore_patterns("*.db-wal", "*.db-shm", "*.sock"))
     shutil.rmtree(run_dir, ignore_errors=True)
     return RunOutcome(drill.name, run, options.seed, options, result, time.monotonic() - started, drained, history,
-                      ctx.notes)  # fmt: skip
+                      ctx.notes, net)  # fmt: skip
+
+
+def _net_of(drill: Drill, options: RunOptions) -> str | None:
+    """How this run partitions nodes (None: the drill does not)."""
+    if not drill.netns:
+        return None
+    if options.net == "auto":
+        return "netns" if netns_available() else "proxy"
+    return options.net
 
 
 def _replica_pids(cluster: Cluster) -> dict[int, str]:
@@ -487,6 +544,7 @@ def outcome_json(outcome: RunOutcome) -> str:
             "store": outcome.options.store,
             "shards": outcome.options.shards,
             "replicas": outcome.options.replicas,
+            "net": outcome.net,
             "tasks": result.tasks,
             "acknowledged": result.acknowledged,
             "lost": result.lost,
@@ -511,6 +569,19 @@ def outcome_json(outcome: RunOutcome) -> str:
                     "recovery_s": None if m.recovery_s is None else round(m.recovery_s, 3),
                 }
                 for m in measures
+            ],
+            "moves": [
+                {
+                    "pool": m.pool,
+                    "version": m.version,
+                    "from": m.source,
+                    "to": m.target,
+                    "fault": m.fault,
+                    "duration_s": None if m.duration_s is None else round(m.duration_s, 3),
+                    "admission_gap_s": None if m.admission_gap_s is None else round(m.admission_gap_s, 3),
+                    "others_ratio": None if m.others_ratio is None else round(m.others_ratio, 3),
+                }
+                for m in result.moves
             ],
             "duration_s": round(outcome.duration_s, 2),
             "client_error_codes": dict(Counter(code for _, _, code in outcome.history.client_errors)),

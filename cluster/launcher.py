@@ -32,6 +32,7 @@ from .layout import (
     URL_ENV,
     ClusterOptions,
     OptionsError,
+    Placement,
     ShardPlan,
     pools_of_shard,
     render_config,
@@ -168,7 +169,10 @@ class Cluster:
         # list the replicas ([[shards]] replicas) and the console's overview show them.
         taken: set[int] = set()
         ports = {plan.name: [self._replica_ports(plan, taken) for _ in range(options.replicas)] for plan in plans}
-        listed = {name: [f"http://{HOST}:{grpc_port}" for grpc_port, _ in pairs] for name, pairs in ports.items()}
+        listed = {
+            name: [f"http://{self._placement(f'{name}-r{i}').host}:{port}" for i, (port, _) in enumerate(pairs, 1)]
+            for name, pairs in ports.items()
+        }
         self.config_path.write_text(render_config(options, plans, state_dir=self.state_dir, comment=comment,
                                                   replicas=listed))  # fmt: skip
         env = self._server_env()
@@ -181,6 +185,8 @@ class Cluster:
                     log_dir=self.state_dir / "logs",
                     env=env,
                     fixed_ports=ports[plan.name][index - 1],
+                    host=self._placement(f"{plan.name}-r{index}").host,
+                    prefix=self._placement(f"{plan.name}-r{index}").prefix,
                 )
                 for index in range(1, options.replicas + 1)
             ]
@@ -226,30 +232,35 @@ class Cluster:
         self._owns_state = True
         self._write_state()  # replaces a stale file; a second `up` on this folder is refused from now on
 
+    def _placement(self, name: str) -> Placement:
+        return self.options.placements.get(name) or Placement(HOST)
+
     def _bind_endpoints(self) -> list[ShardPlan]:
         """Each shard's endpoint ports: bound now by the proxies, or reserved for the servers."""
         plans = []
         for number in range(1, self.options.shards + 1):
             wanted = self.options.endpoint_ports(number)
+            host = self._placement(shard_name(number)).host
             if self.options.proxy:
-                grpc_sock = self._bind(number, wanted[0])
-                http_sock = self._bind(number, wanted[1])
+                grpc_sock = self._bind(number, wanted[0], host)
+                http_sock = self._bind(number, wanted[1], host)
                 self._sockets[shard_name(number)] = (grpc_sock, http_sock)
                 grpc_port, http_port = grpc_sock.getsockname()[1], http_sock.getsockname()[1]
             elif wanted == (0, 0):
                 grpc_port, http_port = free_port(), free_port()
             else:
                 grpc_port, http_port = wanted
-            plans.append(ShardPlan(shard_name(number), number, pools_of_shard(number), grpc_port, http_port))
+            pools = pools_of_shard(number, self.options.pools_per_shard)
+            plans.append(ShardPlan(shard_name(number), number, pools, grpc_port, http_port, host))
         return plans
 
     @staticmethod
-    def _bind(number: int, port: int) -> socket.socket:
+    def _bind(number: int, port: int, host: str) -> socket.socket:
         try:
-            return bind_listener(port)
+            return bind_listener(port, host)
         except OSError as exc:
             raise ClusterError(
-                f"cannot listen on {HOST}:{port} for shard {shard_name(number)} "
+                f"cannot listen on {host}:{port} for shard {shard_name(number)} "
                 f"({exc.strerror or exc}); pick another --base-port, or 0 for free ports"
             ) from None
 

@@ -24,6 +24,7 @@ __all__ = [
     "URL_ENV",
     "ClusterOptions",
     "OptionsError",
+    "Placement",
     "ShardPlan",
     "pools_of_shard",
     "render_config",
@@ -54,8 +55,19 @@ def shard_name(number: int) -> str:
     return f"s{number}"
 
 
-def pools_of_shard(number: int) -> tuple[str, ...]:
-    return ("default",) if number == 1 else (f"pool{number}",)
+def pools_of_shard(number: int, count: int = 1) -> tuple[str, ...]:
+    """Shard ``number``'s pools: its first, then ``count - 1`` more named ``s{number}p{i}``."""
+    first = "default" if number == 1 else f"pool{number}"
+    return (first, *(f"s{number}p{index}" for index in range(2, count + 1)))
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a replica runs when not on loopback (the chaos drills' network namespaces): the
+    address it listens on, and the command prefix that starts it there (``ip netns exec NAME``)."""
+
+    host: str
+    prefix: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +86,8 @@ class ClusterOptions:
     proxy: bool = True
     """Front each shard with a leader-following TCP proxy on its endpoint. Without it (one replica
     per shard only) the endpoint is the server's own listener: one hop less, for benchmarks."""
+    pools_per_shard: int = 1
+    """Pools each shard starts with (``pools_of_shard``); the pool-move drill needs two."""
     pool_max: int = 64
     """Each pool's ``max``: the autoscaler's bound and the most slots one worker is granted."""
     limits: Mapping[str, int | float] = field(default_factory=dict)
@@ -97,6 +111,12 @@ class ClusterOptions:
     store_settings: Mapping[str, int | float] = field(default_factory=dict)
     """Extra ``[store]`` keys (e.g. a short ``lease_ttl_s`` for failover tests), written as given
     (the server validates them)."""
+    insecure_peer_http: bool = False
+    """``server.insecure_peer_http``: forward calls over plain http:// to endpoints not on
+    loopback (the chaos drills' private network of namespaces)."""
+    placements: Mapping[str, Placement] = field(default_factory=dict)
+    """By replica name (``s1-r1``): where that replica runs; by shard name (``s1``): the address
+    its endpoint listens on (no prefix). Others stay on 127.0.0.1."""
 
     def validate(self) -> None:
         problems = []
@@ -118,6 +138,8 @@ class ClusterOptions:
             )
         if self.dsn is not None and not self.dsn.startswith(("postgres://", "postgresql://")):
             problems.append("--dsn must be a postgres:// or postgresql:// URL")
+        if not 1 <= self.pools_per_shard <= 16:
+            problems.append(f"pools_per_shard must be between 1 and 16, got {self.pools_per_shard}")
         if self.pool_max < 1:
             problems.append(f"pool_max must be at least 1, got {self.pool_max}")
         if problems:
@@ -144,18 +166,19 @@ class ShardPlan:
     pools: tuple[str, ...]
     grpc_port: int
     http_port: int
+    host: str = HOST
 
     @property
     def endpoint(self) -> str:
-        return f"http://{HOST}:{self.grpc_port}"
+        return f"http://{self.host}:{self.grpc_port}"
 
     @property
     def grpc_target(self) -> str:
-        return f"{HOST}:{self.grpc_port}"
+        return f"{self.host}:{self.grpc_port}"
 
     @property
     def http_url(self) -> str:
-        return f"http://{HOST}:{self.http_port}"
+        return f"http://{self.host}:{self.http_port}"
 
 
 def _toml_str(text: str) -> str:
@@ -179,6 +202,7 @@ def render_config(options: ClusterOptions, shards: Sequence[ShardPlan], *, state
         "",
         "[server]",
         f"shutdown_grace_s = {options.shutdown_grace_s!r}",
+        *(["insecure_peer_http = true"] if options.insecure_peer_http else []),
         "",
     ]
     for role in ROLES:

@@ -33,12 +33,12 @@ WAIT_FOR_LEADER_S = 5.0
 _CHUNK = 256 * 1024
 
 
-def bind_listener(port: int) -> socket.socket:
-    """A listening socket on ``HOST:port`` (0: a free port); OSError says why it cannot bind."""
+def bind_listener(port: int, host: str = HOST) -> socket.socket:
+    """A listening socket on ``host:port`` (0: a free port); OSError says why it cannot bind."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((HOST, port))
+        sock.bind((host, port))
         sock.listen(512)
         sock.setblocking(False)
     except OSError:
@@ -91,7 +91,7 @@ class LeaderWatch(BackgroundLoop):
     async def _probe(replica: Replica) -> str:
         if not replica.alive:
             return "down"
-        status = await http_status(HOST, replica.http_port, "/readyz", PROBE_TIMEOUT_S)
+        status = await http_status(replica.host, replica.http_port, "/readyz", PROBE_TIMEOUT_S)
         if status == 200:
             return "leader"
         return "standby" if status is not None else "starting"
@@ -159,7 +159,7 @@ class LeaderProxy:
         leader = await self._watch.wait_leader(WAIT_FOR_LEADER_S)
         if leader is not None:
             try:
-                upstream = await asyncio.open_connection(HOST, self._port_of(leader))
+                upstream = await asyncio.open_connection(leader.host, self._port_of(leader))
             except OSError as exc:
                 log.info("%s: cannot reach %s (%s); closing the connection", self.name, leader.name, exc)
         if upstream is None:

@@ -17,7 +17,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from .layout import HOST
@@ -52,6 +52,8 @@ class Replica:
         log_dir: Path,
         env: Mapping[str, str],
         fixed_ports: tuple[int, int] | None = None,
+        host: str = HOST,
+        prefix: Sequence[str] = (),
     ) -> None:
         self.shard = shard
         self.index = index
@@ -59,6 +61,9 @@ class Replica:
         self.config_path = config_path
         self.log_path = log_dir / f"{self.name}.log"
         self._env = dict(env)
+        self.host = host
+        """The address both listeners bind (127.0.0.1 unless the replica runs in a namespace)."""
+        self._prefix = list(prefix)
         self._fixed_ports = fixed_ports
         """Listen exactly here (a shard without proxy: the endpoint is the server); no retries."""
         self.grpc_port = 0
@@ -102,11 +107,12 @@ class Replica:
     def command(self) -> list[str]:
         """The server's command line for the current ports."""
         return [
+            *self._prefix,
             sys.executable, "-m", "cronoq.server.main",
             "--config", str(self.config_path),
             "--shard", self.shard,
-            "--grpc-addr", f"{HOST}:{self.grpc_port}",
-            "--http-addr", f"{HOST}:{self.http_port}",
+            "--grpc-addr", f"{self.host}:{self.grpc_port}",
+            "--http-addr", f"{self.host}:{self.http_port}",
         ]  # fmt: skip
 
     def _pick_ports(self) -> None:
@@ -122,9 +128,8 @@ class Replica:
         with open(self.log_path, "ab") as log:
             self._log_offset = log.tell()
             again = f" (restart #{self.restarts})" if self.restarts else ""
-            log.write(
-                f"--- starting {self.name}{again}: grpc {HOST}:{self.grpc_port} http {HOST}:{self.http_port}\n".encode()
-            )
+            where = f"grpc {self.host}:{self.grpc_port} http {self.host}:{self.http_port}"
+            log.write(f"--- starting {self.name}{again}: {where}\n".encode())
             log.flush()
             # A session of its own: Ctrl-C in the terminal reaches the launcher only, which then
             # stops the servers in order instead of all processes dying at once.

@@ -251,6 +251,21 @@ class Core:
     def set_group_capacity(self, now: int, pool_name: str, labels: Mapping[str, str], capacity: int) -> None:
         self._capacity.set_group_capacity(now, pool_name, labels, capacity)
 
+    def withhold(self, pool_name: str, withheld: bool = True) -> None:
+        """Start no attempt of pool ``pool_name`` while ``withheld`` (its running attempts go on and
+        end as usual; tasks are still admitted and wait). A pool moving to another shard drains
+        this way (docs/pool-moves.md), so that no attempt of it is running when it is handed over."""
+        pool = self._pools[pool_name]
+        if withheld:
+            self._dispatcher.withheld.add(pool)
+        elif pool in self._dispatcher.withheld:
+            self._dispatcher.withheld.discard(pool)
+            self._dispatcher.mark_dirty(pool)
+
+    def running_in(self, pool_name: str) -> int:
+        """How many attempts of pool ``pool_name`` are running."""
+        return self._pools[pool_name].busy
+
     # ------------------------------------------------------------------------------------------
     # Recurring schedules
 

@@ -86,6 +86,8 @@ class Dispatcher:
         self._refill_timer_at: int | None = None
         self.enabled = True
         """Whether ``dispatch`` starts anything (a driver that lost its leadership stops it)."""
+        self.withheld: set[Pool] = set()
+        """Pools whose tasks start nowhere for now (a pool moving away drains: ``Core.withhold``)."""
 
     def bind(self, holds: Holds, outcomes: Outcomes) -> None:
         self._holds = holds
@@ -276,10 +278,14 @@ class Dispatcher:
         if self._has_resources:
             self.wake_resources(now)
         if self._dirty and self.enabled:
+            if self.withheld:
+                self._dirty -= self.withheld
             dirty = sorted(self._dirty, key=_pool_index)
             self._dirty.clear()
             for pool in dirty:
                 self._dispatch_pool(pool, now)
+            if self.withheld:
+                self._dirty -= self.withheld
             if self._dirty:
                 # Dispatch can wake label waiters of the same pool; one more pass settles them.
                 again = sorted(self._dirty, key=_pool_index)

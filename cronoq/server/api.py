@@ -36,7 +36,7 @@ from . import convert
 from .auth import Principal
 from .errors import ApiError, Code, from_exception
 from .history import PAYLOAD_PREVIEW_BYTES, task_detail, task_query
-from .moves import PoolMoves
+from .moves import ABORTABLE, PoolMoves
 from .telemetry import TRACEPARENT, outgoing_traceparent
 
 __all__ = ["DEFAULT_LIST_LIMIT", "Api", "default_pool_name"]
@@ -100,6 +100,8 @@ class Api:
         # Pool moves (docs/pool-moves.md): set by the server when its shard keeps placements.
         self.moves: PoolMoves | None = None
         self.relead: Callable[[], None] = lambda: None
+        self.drain: Callable[[MoveRow, bool], None] = lambda move, start: None
+        """Start (True) or stop draining a pool for ``move`` (the app's ``_drain``)."""
         self.incoming: frozenset[str] = frozenset()
         """Pools handed to this shard that the next leadership will serve (UNAVAILABLE until then)."""
 
@@ -197,11 +199,13 @@ class Api:
         return spec
 
     def _check_one_shard(self, spec: TaskSpec) -> None:
-        """Dependencies and resources never span shards (ids carry their shard's number)."""
+        """Dependencies and resources never span shards (ids carry the number of the shard that
+        created them: with pool moves, a task of another shard's id may be held here, and the
+        engine answers for it)."""
         if not self.config.sharded:
             return
         for dep in spec.deps:
-            if isinstance(dep.target, int) and dep.target >> 56 != self._shard_number:
+            if isinstance(dep.target, int) and dep.target >> 56 != self._shard_number and self.moves is None:
                 raise ApiError.invalid(f"dependency {dep.target} is a task of another shard; a task can only "
                                        f"depend on tasks of its own shard")  # fmt: skip
         for name in spec.resources:
@@ -582,8 +586,8 @@ class Api:
 
     @_api_errors
     async def move_pool(self, principal: Principal, request: cpb.MovePoolRequest) -> cpb.MoveStatus:
-        """Record a move of a pool this shard serves, then take the lead again to carry it out
-        (docs/pool-moves.md). Admin role; a scoped admin only for pools in its scope."""
+        """Record a move of a pool this shard serves and drain the pool; the next leadership
+        carries it out (docs/pool-moves.md). Admin role; a scoped admin only for pools in its scope."""
         principal.require(Role.ADMIN)
         pool = convert.text(request.pool, "pool", MAX_NAME_LEN)
         self.check_pool(principal, pool)  # in scope, known, and served here (or: which shard serves it)
@@ -603,7 +607,7 @@ class Api:
         version = (placement.version if placement is not None else 1) + 1
         move, new = await moves.request(service.driver.epoch or 0, pool, target, version)
         if new:
-            self.relead()
+            self.drain(move, True)
         return self._move_status(pool, move)
 
     @_api_errors
@@ -617,13 +621,22 @@ class Api:
 
     @_api_errors
     async def abort_move(self, principal: Principal, request: cpb.MoveRequest) -> cpb.MoveStatus:
-        """Abandon a pool's move that has not been carried out yet (admin role)."""
+        """Abandon a pool's move while nothing of it has reached the target (admin role); otherwise
+        FAILED_PRECONDITION naming the move's phase and what to do instead."""
         principal.require(Role.ADMIN)
         pool = convert.text(request.pool, "pool", MAX_NAME_LEN)
         self.check_pool(principal, pool)
         service = self.current()
-        move = await self._moves().abort(service.driver.epoch or 0, pool)
-        return self._move_status(pool, move)
+        moves = self._moves()
+        move = await moves.latest(pool)
+        if move is None:
+            raise ApiError(Code.FAILED_PRECONDITION, f"pool {pool!r} has no move to abort on this shard")
+        if move.phase in ABORTABLE and await moves.abort(service.driver.epoch or 0, move):
+            self.drain(move, False)
+            return self._move_status(pool, await moves.latest(pool))
+        local = self.config.local_shard()
+        now = await moves.latest(pool) or move
+        raise ApiError(Code.FAILED_PRECONDITION, _cannot_abort(now, local.name if local is not None else ""))
 
     async def _switch_schedule(self, principal: Principal, request: cpb.ScheduleRequest, *,
                                paused: bool) -> cpb.ScheduleResponse:  # fmt: skip
@@ -636,6 +649,18 @@ class Api:
             if info is None or not principal.sees(info.pool):
                 return cpb.ScheduleResponse(found=False)
         return cpb.ScheduleResponse(found=await service.pause_recurring(name, paused))
+
+
+def _cannot_abort(move: MoveRow, source: str) -> str:
+    """Why ``move`` cannot be aborted in its phase, and what to do instead."""
+    what = f"the move of pool {move.pool!r} to shard {move.target!r} is {move.phase!r}"
+    if move.phase == "transferring":
+        return (f"{what}: the target may own the pool already, so it cannot be aborted; it finishes at this "
+                f"shard's next leadership; then move it back with `cronoq admin move-pool {move.pool} --to "
+                f"{source}`")  # fmt: skip
+    if move.phase == "done":
+        return f"{what}: move it back with `cronoq admin move-pool {move.pool} --to {source}`"
+    return f"{what}: it is over, there is nothing to abort"
 
 
 def _schedule(info: RecurringInfo, now: int) -> cpb.Schedule:

@@ -38,6 +38,7 @@ from cronoq.shard.blob import BlobCodec
 from cronoq.shard.driver import DriverOptions
 from cronoq.shard.service import ServiceOptions, ShardService
 from cronoq.stores.base import SchemaTooNew, ShardMismatch, Store
+from cronoq.stores.pool_moves import MoveRow
 
 from . import telemetry
 from .api import Api
@@ -55,6 +56,8 @@ __all__ = ["BindError", "ServerApp", "make_store"]
 
 RELEAD_GRACE_S = 1.0
 """Longest running attempts are given when a leader steps down for a pool move."""
+DRAIN_POLL_S = 0.02
+"""How often a leader draining a pool for a move looks whether any of its attempts still runs."""
 
 log = logging.getLogger("cronoq.server")
 
@@ -166,6 +169,8 @@ class ServerApp:
             self.moves = PoolMoves(self.store, local.name, lambda shard: config.store_namespace(shard) or "")
         self.api.moves = self.moves
         self.api.relead = self._relead.set
+        self.api.drain = self._drain
+        self._draining: dict[str, asyncio.Task[None]] = {}
         self.on_listening = on_listening
         self._core_config = core_config(config)
         self._credentials = _credentials(config)
@@ -362,6 +367,36 @@ class ServerApp:
         self.api.incoming = placed - frozenset(self.api.pools)
         self._relead.set()
 
+    def _drain(self, move: MoveRow, start: bool) -> None:
+        """Start (or stop) draining ``move``'s pool under the current leadership."""
+        running = self._draining.pop(move.pool, None)
+        if running is not None:
+            running.cancel()
+        if start and self.service is not None:
+            self._draining[move.pool] = asyncio.ensure_future(self._drained(self.service, move))
+        elif not start and self.service is not None:
+            service = self.service
+            self._draining[move.pool] = asyncio.ensure_future(service.withhold(move.pool, False))
+
+    async def _drained(self, service: ShardService, move: MoveRow) -> None:
+        """Start no attempt of the pool; once none of it runs, mark the move ``requested`` and take
+        the lead again, which carries it out (docs/pool-moves.md: running attempts end here)."""
+        assert self.moves is not None
+        while True:
+            try:
+                await service.withhold(move.pool)
+                while await service.running_in(move.pool) > 0:
+                    await asyncio.sleep(DRAIN_POLL_S)
+                if await self.moves.drained(service.driver.epoch or 0, move):
+                    log.info("pool %r drained for its move to shard %r", move.pool, move.target)
+                    self._relead.set()
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the store's troubles: the driver notices them too
+                log.warning("draining pool %r for its move: %s; retrying", move.pool, exc)
+                await asyncio.sleep(DRAIN_POLL_S * 10)
+
     async def _lead(self, service: ShardService) -> str:
         """Serve as the leader until stop() ("stop"), leadership is lost ("lost") or a pool move
         asks for a new leadership ("relead")."""
@@ -379,9 +414,10 @@ class ServerApp:
         try:
             await asyncio.wait({lost, stopping, relead}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for waiter in (stopping, relead, watching):
+            for waiter in (stopping, relead, watching, *self._draining.values()):
                 if waiter is not None:
                     waiter.cancel()
+            self._draining.clear()
         if lost.done():
             return "lost"
         lost.cancel()

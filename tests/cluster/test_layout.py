@@ -69,3 +69,19 @@ def test_tokens_are_private_and_kept_across_runs(tmp_path: Path) -> None:
     os.chmod(path, 0o644)
     assert load_or_create_tokens(path) == first == read_tokens(path)
     assert os.stat(path).st_mode & 0o777 == 0o600
+
+
+def test_shards_on_a_private_network_forward_over_plain_http_only_when_told(tmp_path: Path) -> None:
+    plans = [
+        ShardPlan(f"s{n}", n, pools_of_shard(n), 7070 + 2 * (n - 1), 7071 + 2 * (n - 1), f"10.213.7.{200 + n}")
+        for n in (1, 2)
+    ]
+    assert plans[1].endpoint == "http://10.213.7.202:7072" and plans[1].grpc_target == "10.213.7.202:7072"
+    listeners = {"grpc_addr": "10.213.7.10:40000", "http_addr": "10.213.7.10:40001"}
+    for trusted in (False, True):
+        options = ClusterOptions(shards=2, state=tmp_path, insecure_peer_http=trusted)
+        text = render_config(options, plans, state_dir=tmp_path, comment="x")
+        config = Config.parse(text, env=TOKENS, shard_override="s1", listen_overrides=listeners)
+        assert config.server.insecure_peer_http is trusted
+        # Without it, the other shard's endpoint is named in a warning: calls for it are refused, not forwarded.
+        assert any("shards[1].endpoint" in line for line in config.warnings) is not trusted

@@ -256,11 +256,11 @@ async def test_moves_that_would_split_dependencies_or_break_rules_are_refused(cl
         assert error.code() is grpc.StatusCode.NOT_FOUND
 
         status = await console.MovePool(cpb.MovePoolRequest(pool="p1", to="s2"), metadata=ADMIN)
-        assert status.phase == "requested" and status.target == "s2" and status.version == 2
+        assert status.phase == "draining" and status.target == "s2" and status.version == 2
         for _ in range(400):  # the source takes the lead again and checks the move
             with contextlib.suppress(grpc.aio.AioRpcError):
                 status = await console.GetMove(cpb.MoveRequest(pool="p1"), metadata=ADMIN)
-                if status.phase != "requested":
+                if status.phase not in ("draining", "requested", "transferring"):
                     break
             await asyncio.sleep(0.05)
         assert status.phase == "refused"
@@ -279,7 +279,7 @@ async def test_a_move_is_finished_by_the_next_leaders_when_both_are_killed_mid_w
         tasks, console = pbg.TasksStub(channel), cpbg.ConsoleStub(channel)  # type: ignore[no-untyped-call]
         ids = [await submit_retrying(tasks, pb.TaskSpec(pool="p1", key=f"c{i}")) for i in range(30)]
         status = await console.MovePool(cpb.MovePoolRequest(pool="p1", to="s2"), metadata=ADMIN)
-        assert status.phase == "requested"
+        assert status.phase == "draining"
     for node in cluster.values():
         node.kill()
     for node in cluster.values():
@@ -307,3 +307,76 @@ async def test_a_move_is_finished_by_the_next_leaders_when_both_are_killed_mid_w
     assert max(runs.count.values()) == 1
     text = Cli(cluster["s1"].address).ok("admin", "topology", token=METRICS_TOKEN)
     assert "p1@2" in text and "disagreement" not in text
+
+
+async def test_running_attempts_finish_on_the_source_and_a_draining_move_can_be_aborted(
+    cluster: dict[str, Node],
+) -> None:
+    """While a move drains, the pool's running attempt goes on at the source and nothing new of
+    the pool starts; an abort then lets it start again. A second move waits for the running
+    attempt, whose outcome the source accepts, and only then hands the pool over: every task ran
+    once, at attempt 1."""
+    started: asyncio.Queue[tuple[int, int]] = asyncio.Queue()
+    release: dict[int, asyncio.Event] = collections.defaultdict(asyncio.Event)
+
+    async def handler(lease: Lease) -> bytes:
+        started.put_nowait((lease.task_id, lease.attempt))
+        await release[lease.task_id].wait()
+        return b"ok"
+
+    async with grpc.aio.insecure_channel(cluster["s1"].address) as channel:
+        tasks, console = pbg.TasksStub(channel), cpbg.ConsoleStub(channel)  # type: ignore[no-untyped-call]
+        worker = Worker(cluster["s1"].address, "p1", handler, slots=1, token=WORKER_TOKEN, backoff=(0.05, 0.3))
+        running = asyncio.ensure_future(worker.run())
+        try:
+            child = 0
+            first = await submit_retrying(tasks, pb.TaskSpec(pool="p1"))
+            assert await asyncio.wait_for(started.get(), 30) == (first, 1)
+            status = await console.MovePool(cpb.MovePoolRequest(pool="p1", to="s2"), metadata=ADMIN)
+            assert status.phase == "draining"
+            second = await submit_retrying(tasks, pb.TaskSpec(pool="p1"))  # admitted while draining
+            release[first].set()
+            assert (await wait_done(tasks, first)).status == pb.TASK_STATUS_SUCCEEDED  # accepted at the source
+            info = await tasks.Get(pb.GetRequest(task=pb.TaskRef(id=second)), metadata=(*CLIENT, *HERE))
+            assert info.status == pb.TASK_STATUS_READY  # the free slot starts nothing of the pool
+
+            aborted = await console.AbortMove(cpb.MoveRequest(pool="p1"), metadata=ADMIN)
+            assert (aborted.phase, aborted.shard) == ("aborted", "s1")
+            assert await asyncio.wait_for(started.get(), 30) == (second, 1)  # dispatch goes on
+            with pytest.raises(grpc.aio.AioRpcError) as again:
+                await console.AbortMove(cpb.MoveRequest(pool="p1"), metadata=ADMIN)
+            assert again.value.code() is grpc.StatusCode.FAILED_PRECONDITION
+            assert "is 'aborted': it is over, there is nothing to abort" in again.value.details()
+
+            status = await console.MovePool(cpb.MovePoolRequest(pool="p1", to="s2"), metadata=ADMIN)
+            assert status.phase == "draining"  # the second task is still running
+            release[second].set()
+            for _ in range(600):
+                with contextlib.suppress(grpc.aio.AioRpcError):
+                    status = await console.GetMove(cpb.MoveRequest(pool="p1"), metadata=ADMIN)
+                    if status.shard == "s2":
+                        break
+                await asyncio.sleep(0.05)
+            assert (status.shard, status.placement_version) == ("s2", 2)
+            assert (await wait_done(tasks, second)).status == pb.TASK_STATUS_SUCCEEDED
+            for task_id in (first, second):  # one attempt each: none was cut off and retried
+                info = await tasks.Get(pb.GetRequest(task=pb.TaskRef(id=task_id)), metadata=CLIENT)
+                assert (info.status, info.attempt) == (pb.TASK_STATUS_SUCCEEDED, 1)
+            # A task may depend on a moved one: its id names s1, but s2 holds it now.
+            child = await submit_retrying(
+                tasks, pb.TaskSpec(pool="p1", deps=[pb.Dep(target=pb.TaskRef(id=second), cond=pb.EDGE_COND_ON_SUCCESS)])
+            )
+            assert child >> SHARD_BITS == 2
+            release[child].set()
+            assert (await wait_done(tasks, child)).status == pb.TASK_STATUS_SUCCEEDED
+            with pytest.raises(grpc.aio.AioRpcError) as done:  # the target owns it, and has no move of it
+                await console.AbortMove(cpb.MoveRequest(pool="p1"), metadata=ADMIN)
+            assert done.value.code() is grpc.StatusCode.FAILED_PRECONDITION
+            assert "pool 'p1' has no move to abort on this shard" in done.value.details()
+        finally:
+            await worker.stop(grace=0)
+            running.cancel()
+            with contextlib.suppress(BaseException):
+                await running
+    assert started.qsize() == 1  # the child; nothing ran twice
+    assert started.get_nowait() == (child, 1)

@@ -31,6 +31,7 @@ from cronoq.router import collect_unavailable
 
 from ..errors import ApiError
 from ..http2 import H2Request, StreamedResponse
+from ..http_json import json_response
 from ..json_shapes import STATUSES, list_json, recurring_json, with_unavailable_shards
 from . import events
 from .assets import SECURITY_HEADERS, Asset, load_assets
@@ -59,8 +60,6 @@ _BOOLEANS = {"true": True, "1": True, "false": False, "0": False}
 
 
 def _json(value: Any) -> web.Response:
-    from ..http import json_response  # the gateway's encoder (that module mixes this class in)
-
     return json_response(value)
 
 
