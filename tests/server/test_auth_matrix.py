@@ -766,8 +766,11 @@ def test_the_matrix_covers_every_method_and_route() -> None:
     from cronoq.proto import console_pb2, cronoq_pb2
     from cronoq.server.http import ROUTES, UI_ROUTES
 
-    methods = {method.name for name in ("Tasks", "Admin", "Workers")
-               for method in cronoq_pb2.DESCRIPTOR.services_by_name[name].methods}  # fmt: skip
+    methods = {
+        method.name
+        for name in ("Tasks", "Admin", "Workers")
+        for method in cronoq_pb2.DESCRIPTOR.services_by_name[name].methods
+    }
     methods |= {method.name for method in console_pb2.DESCRIPTOR.services_by_name["Console"].methods}
     covered = {op.name.split("(")[0] for op in OPS}
     assert methods - {"Work"} <= covered and "Work(Register)" in {op.name for op in OPS}
