@@ -75,9 +75,12 @@ class StreamSlots:
             return
         held = self._by_caller.get(caller, 0)
         if held >= self.per_caller:
-            raise ApiError(Code.RESOURCE_EXHAUSTED, f"too many streams open for this credential ({self.per_caller}, "
-                                                    f"limits.max_streams_per_caller); close one before opening "
-                                                    f"another {kind} stream")  # fmt: skip
+            raise ApiError(
+                Code.RESOURCE_EXHAUSTED,
+                f"too many streams open for this credential ({self.per_caller}, "
+                f"limits.max_streams_per_caller); close one before opening "
+                f"another {kind} stream",
+            )
         self._by_caller[caller] = held + 1
         try:
             yield
