@@ -37,6 +37,7 @@ from .state import (
     Task,
 )
 from .types import (
+    AdmissionError,
     EngineFault,
     Outcome,
     RecurringSpec,
@@ -140,6 +141,12 @@ class Core:
         """Admit one task, or raise AdmissionError. A known key returns the existing task."""
         return self._intake.submit(now, spec)
 
+    def submit_many(self, now: int, specs: Iterable[TaskSpec]) -> list[Submitted | AdmissionError]:
+        """``submit`` for each spec in order, in one call (not atomic, unlike ``submit_batch``):
+        each answer is what that ``submit`` would return, or the AdmissionError it would raise,
+        with the spec's index."""
+        return self._intake.submit_many(now, specs)
+
     def submit_batch(self, now: int, specs: Sequence[TaskSpec]) -> list[Submitted]:
         """Admit every task or none; errors name the offending index."""
         return self._intake.submit_batch(now, specs)
@@ -211,6 +218,10 @@ class Core:
     def complete(self, now: int, lease_id: int, outcome: Outcome) -> bool:
         """Report the outcome of an attempt. Stale reports change nothing and return False."""
         return self._outcomes.complete(now, lease_id, outcome)
+
+    def complete_many(self, now: int, reports: Iterable[tuple[int, Outcome]]) -> list[bool]:
+        """``complete`` for each (lease id, outcome) in order, in one call; the answers in order."""
+        return self._outcomes.complete_many(now, reports)
 
     def heartbeat(self, now: int, lease_id: int) -> bool:
         return self._outcomes.heartbeat(now, lease_id)
