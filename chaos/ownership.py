@@ -11,8 +11,9 @@ shard that created it) and the leases its workers started say which shard acted 
   started after one of the target, means both owned the pool at once (``split-ownership``).
 
 Measures per move: its duration (request to the target seen owning), the pool's longest gap
-between acknowledged admissions that overlaps the move (``admission_gap_s``), and the other pools'
-completions per second during the move against before the first move (``others_ratio``).
+between acknowledged admissions that overlaps the move, from the request on (``admission_gap_s``),
+and the other pools' completions per second during the move (at least ``MIN_WINDOW_S``) against
+before the first move (``others_ratio``).
 """
 
 from __future__ import annotations
@@ -107,9 +108,10 @@ def ownership_problems(moves: Sequence[Move], admissions: Sequence[Act], leases:
 
 
 def _longest_gap(times: Sequence[float], start: float, end: float) -> float | None:
-    """The longest gap between consecutive ``times`` that overlaps ``start``..``end``."""
+    """The longest gap between consecutive ``times`` that overlaps ``start``..``end``, counted from
+    ``start`` at the earliest (a lull in the load before the move is not the move's)."""
     ordered = sorted(times)
-    gaps = [b - a for a, b in itertools.pairwise(ordered) if b >= start and a <= end]
+    gaps = [b - max(a, start) for a, b in itertools.pairwise(ordered) if b >= start and a <= end]
     return max(gaps) if gaps else None
 
 

@@ -173,13 +173,21 @@ class Router:
         return found is not None and self.topology.learn(*found)
 
     async def _retrying(self, call: Callable[[], Awaitable[_R]]) -> _R:
-        """``call``, and once more if it was refused as routed on an old placement."""
+        """``call``, and once more if it was refused as routed on an old placement. Refused so
+        again, the pool is changing shards right now (the two shards' records have not both
+        caught up): UNAVAILABLE, which clients retry, rather than a refusal they would not."""
         try:
             return await call()
         except RouteError as exc:
             if not self._learned(exc):
                 raise
-        return await call()
+        try:
+            return await call()
+        except RouteError as exc:
+            found = stale_placement(exc.metadata) if exc.code is Status.FAILED_PRECONDITION else None
+            if found is None:
+                raise
+            raise RouteError(Status.UNAVAILABLE, f"pool {found[0]!r} is changing shards; retry shortly") from None
 
     def _peer_for(self, caller: Caller, shard: ShardSection, what: str) -> Peer | None:
         """Where a call about ``shard`` goes: None for this node, else the peer to forward to.
@@ -521,10 +529,13 @@ class Router:
         sources: list[AsyncIterator[pb.StatusEvent]] = []
         calls: list[Any] = []
         missing: list[str] = []
+        # Once a pool has moved, an id's shard bits name where the task was created, not where
+        # it is: every shard watches for every id.
+        moved = any(placement.version > 1 for placement in self.topology.placements().values())
         try:
             for shard in self._ordered:
                 pools = [pool for pool in self._pools_of(shard) if pool in wanted]
-                ids = [task_id for task_id in request.ids if task_id >> SHARD_BITS == shard.number]
+                ids = [task_id for task_id in request.ids if moved or task_id >> SHARD_BITS == shard.number]
                 if (wanted and not pools) or (request.ids and not ids and not request.keys):
                     continue
                 if not self._concerns(caller, shard):

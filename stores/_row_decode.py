@@ -549,10 +549,15 @@ class Recovery:
         ids: set[int] = set()
         keys: set[str] = set()
         tasks = self.tasks
+        seen: set[int] = set()  # dependency tuples looked at (the tasks of one spec text share one)
         for task in self.dependents:
-            if task.status.terminal or tasks.get(task.record.id) is not task:
+            if task.status._value_ in TERMINAL_VALUES or tasks.get(task.record.id) is not task:
                 continue  # ended, or replaced by a later row of the same id
-            for dep in task.record.spec.deps:
+            deps = task.record.spec.deps
+            if id(deps) in seen:
+                continue
+            seen.add(id(deps))
+            for dep in deps:
                 target = dep.target
                 if isinstance(target, str):
                     if target not in self.keys:

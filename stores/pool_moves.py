@@ -27,9 +27,10 @@ nothing else changes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sqlite3
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -286,6 +287,20 @@ def _sqlite_fence(conn: sqlite3.Connection, holder: str, epoch: int) -> None:
         raise Fenced(f"epoch {epoch} is stale: the lease is at epoch {current}")
 
 
+@contextlib.contextmanager
+def _sqlite_fenced(conn: sqlite3.Connection, holder: str, epoch: int) -> Iterator[None]:
+    """One write transaction of the source's file, fenced by ``epoch``: committed whole or not at all."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        _sqlite_fence(conn, holder, epoch)
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
 def _sqlite_guarded(work: Callable[[], Any]) -> Any:
     try:
         return work()
@@ -410,18 +425,11 @@ def _sqlite_transfer(path: str, holder: str, epoch: int, move: MoveRow, source_s
             tran_cols = [c for c in _columns(source, "cronoq_task_transitions") if c != "seq"]
 
             # From here on the target may hold the pool: the move can no longer be aborted.
-            source.execute("BEGIN IMMEDIATE")
-            try:
-                _sqlite_fence(source, holder, epoch)
+            with _sqlite_fenced(source, holder, epoch):
                 source.execute(
                     "UPDATE cronoq_moves SET phase = 'transferring' WHERE pool = ? AND move_id = ?",
                     (move.pool, move.move_id),
                 )
-                source.execute("COMMIT")
-            except BaseException:
-                if source.in_transaction:
-                    source.execute("ROLLBACK")
-                raise
 
             # The target's half: rows it does not have yet, and the new placement.
             target.execute("BEGIN IMMEDIATE")
@@ -474,9 +482,7 @@ def _sqlite_transfer(path: str, holder: str, epoch: int, move: MoveRow, source_s
                 raise
 
             # The source's half, fenced by the epoch that carries the move out.
-            source.execute("BEGIN IMMEDIATE")
-            try:
-                _sqlite_fence(source, holder, epoch)
+            with _sqlite_fenced(source, holder, epoch):
                 source.executemany(
                     "INSERT OR IGNORE INTO cronoq_forwarded (id, pool, shard, version) VALUES (?, ?, ?, ?)",
                     [(task_id, move.pool, move.target, move.version) for task_id in ids],
@@ -488,11 +494,6 @@ def _sqlite_transfer(path: str, holder: str, epoch: int, move: MoveRow, source_s
                     "UPDATE cronoq_moves SET phase = 'done', message = '' WHERE pool = ? AND move_id = ?",
                     (move.pool, move.move_id),
                 )
-                source.execute("COMMIT")
-            except BaseException:
-                if source.in_transaction:
-                    source.execute("ROLLBACK")
-                raise
         finally:
             source.close()
             target.close()

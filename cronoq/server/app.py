@@ -72,6 +72,9 @@ class Listening:
 
     role: str  # "standby" or "leader"
     grpc: str
+    # The HTTP gateway's and the metrics listener's addresses as bound (a port 0 resolved).
+    http: str | None = None
+    metrics: str | None = None
 
 
 def make_store(config: Config) -> Store:
@@ -149,8 +152,9 @@ def _keep_finished_s(config: Config) -> float | None:
 
 
 class ServerApp:
-    def __init__(self, config: Config, *, on_listening: Callable[[Listening], None] | None = None,
-                 store: Store | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, config: Config, *, on_listening: Callable[[Listening], None] | None = None, store: Store | None = None
+    ) -> None:
         self.config = config
         self.file_config = config
         """The configuration as read; ``config`` is it with the pools the shard's durable placements
@@ -206,13 +210,15 @@ class ServerApp:
     # ------------------------------------------------------------------------------- listeners
 
     async def _listen(self, *, standby: bool) -> grpc.aio.Server:
-        server = grpc.aio.server(options=server_options(self.config, standby=standby),
-                                 interceptors=telemetry.grpc_interceptors())  # fmt: skip
+        server = grpc.aio.server(
+            options=server_options(self.config, standby=standby), interceptors=telemetry.grpc_interceptors()
+        )
         services = GrpcServices(self.api, self.authenticator, router=self.router, standby=standby, unary=self.unary)
         services.add_to(server)
         # Calls other nodes forward here, several per message on one stream per node.
-        forwarding = ForwardService(self.router, self.authenticator, self.unary, services.principal_of,
-                                    self.config.limits.max_message_bytes)  # fmt: skip
+        forwarding = ForwardService(
+            self.router, self.authenticator, self.unary, services.principal_of, self.config.limits.max_message_bytes
+        )
         forwarding.add_to(server)
         address = _format_addr(self._host, self._port)
         if self.web_front is not None:
@@ -236,7 +242,9 @@ class ServerApp:
         self.api.address = self.grpc_address
         log.info("listening (%s) grpc=%s", role, self.grpc_address)
         if self.on_listening is not None:
-            self.on_listening(Listening(role, self.grpc_address))
+            http = self.http
+            http_address, metrics_address = (http.address, http.metrics_address) if http is not None else (None, None)
+            self.on_listening(Listening(role, self.grpc_address, http_address, metrics_address))
         return server
 
     # ------------------------------------------------------------------------------- lifecycle
@@ -250,8 +258,9 @@ class ServerApp:
         # The HTTP gateway runs for the whole process: it asks the Api on every request whether
         # this node is the serving leader (standbys answer 503, /readyz included).
         try:
-            self.http = await start_http(self.api, self.config, authenticator=self.authenticator, router=self.router,
-                                         unary=self.unary)  # fmt: skip
+            self.http = await start_http(
+                self.api, self.config, authenticator=self.authenticator, router=self.router, unary=self.unary
+            )
         except ListenError as exc:
             raise BindError(str(exc)) from None
         try:
@@ -414,13 +423,13 @@ class ServerApp:
         try:
             await asyncio.wait({lost, stopping, relead}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for waiter in (stopping, relead, watching, *self._draining.values()):
-                if waiter is not None:
-                    waiter.cancel()
+            # The move watcher and drains may be inside a store call: they end before the next leadership.
+            draining = list(self._draining.values())
             self._draining.clear()
+            await _cancel_and_wait(stopping, relead, watching, *draining)
         if lost.done():
             return "lost"
-        lost.cancel()
+        await _cancel_and_wait(lost)
         return "stop" if self._stop.is_set() else "relead"
 
     async def _graceful(self, service: ShardService, server: grpc.aio.Server) -> None:
@@ -429,6 +438,16 @@ class ServerApp:
         # Work streams send Shutdown and linger briefly; unary calls in flight finish.
         await _stop_server(server, SHUTDOWN_LINGER_S + 0.5)
         log.info("stopped")
+
+
+async def _cancel_and_wait(*tasks: asyncio.Future[Any] | None) -> None:
+    """Cancel ``tasks`` (None: absent) and wait until each has ended, so none outlives its owner."""
+    ending = [task for task in tasks if task is not None]
+    for task in ending:
+        task.cancel()
+    for outcome in await asyncio.gather(*ending, return_exceptions=True):
+        if isinstance(outcome, Exception):
+            log.warning("a background task failed: %s", outcome, exc_info=outcome)
 
 
 async def _stop_server(server: grpc.aio.Server, grace: float) -> None:
@@ -475,8 +494,7 @@ class _WebhookScaler:
             sent = desired
 
     async def close(self) -> None:
-        for sender in self._senders.values():
-            sender.cancel()
+        await _cancel_and_wait(*self._senders.values())  # before their session closes
         if self._session is not None:
             await self._session.close()
 

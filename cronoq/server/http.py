@@ -88,6 +88,7 @@ from .http_listen import (
     request_started,
     ssl_context,
 )
+from .http_moves import MoveHandlers
 from .json_shapes import (
     result_json,
     snapshot_json,
@@ -156,6 +157,9 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/recurring/{name}/pause", "pause_schedule", Role.ADMIN),
     Route("POST", "/v1/recurring/{name}/resume", "resume_schedule", Role.ADMIN),
     Route("DELETE", "/v1/recurring/{name}", "remove_schedule", Role.ADMIN),
+    Route("POST", "/v1/admin/pools/{pool}/move", "move_pool", Role.ADMIN, body=True),  # http_moves
+    Route("GET", "/v1/admin/pools/{pool}/move", "get_move", Role.METRICS),
+    Route("DELETE", "/v1/admin/pools/{pool}/move", "abort_move", Role.ADMIN),
     Route("GET", "/v1/whoami", "whoami", None, leader_only=False),
     Route("GET", "/v1/openapi.json", "openapi", None, leader_only=False),
     Route("GET", "/metrics", "metrics", Role.METRICS),
@@ -227,7 +231,7 @@ _REMEMBERED_HOSTS = 64
 """How many ``Host`` values the loopback guard remembers its answer for."""
 
 
-class _Gateway(ConsoleHandlers):
+class _Gateway(ConsoleHandlers, MoveHandlers):
     """The request handler of one listener (the console's handlers come from ``ConsoleHandlers``)."""
 
     def __init__(self, api: Api, config: Config, authenticator: Authenticator, routes: tuple[Route, ...],

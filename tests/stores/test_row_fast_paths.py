@@ -8,8 +8,10 @@ general path it stands in for.
 
 from __future__ import annotations
 
+import copy
 import enum
 import json
+import pickle
 from typing import Any
 
 import pytest
@@ -182,3 +184,26 @@ def test_bulk_decoding_is_adding_each_row(rows: list[list[Any]]) -> None:
     assert bulk.quarantined == one_by_one.quarantined
     assert bulk.missing_parents() == one_by_one.missing_parents()
     assert bulk.ordered() == one_by_one.ordered() == sorted(bulk.tasks.values(), key=lambda t: t.record.id)
+
+
+def test_the_shared_maps_of_recovered_specs_refuse_changes_but_read_like_dicts() -> None:
+    codec = BytesOrJsonCodec()
+    record = TaskRecord(9, "default", SPECS[3], T0, TaskStatus.READY, 3)
+    rows = [read_row(R.fold([PutTask(record)], codec).tasks[0]) for _ in range(2)]
+    rows[1][R.T_ID] = 10
+    rec = D.Recovery(codec, T0)
+    rec.add_rows(rows)
+    first, second = (rec.tasks[i].record.spec for i in (9, 10))
+    assert first.tags is second.tags  # one spec text, one map
+    assert first.tags == {"a": "b"} and json.dumps(first.tags) == '{"a": "b"}'
+    assert copy.deepcopy(first.tags) == pickle.loads(pickle.dumps(first.tags)) == {"a": "b"}
+    for change in (
+        lambda m: m.__setitem__("x", "y"),
+        lambda m: m.update(x="y"),
+        lambda m: m.pop("a"),
+        lambda m: m.clear(),
+        lambda m: m.setdefault("x", "y"),
+    ):
+        with pytest.raises(TypeError, match="shared"):
+            change(first.tags)
+    assert second.tags == {"a": "b"} and first.resources == {} and first.labels == {}

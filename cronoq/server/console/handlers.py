@@ -47,8 +47,18 @@ __all__ = ["SEARCH_QUERY", "ConsoleHandlers"]
 
 Request = web.BaseRequest | H2Request
 
-SEARCH_QUERY = ("pool", "status", "limit", "after", "kind", "tenant", "key_prefix", "created_from_unix_ns",
-                "created_to_unix_ns", "newest_first")  # fmt: skip
+SEARCH_QUERY = (
+    "pool",
+    "status",
+    "limit",
+    "after",
+    "kind",
+    "tenant",
+    "key_prefix",
+    "created_from_unix_ns",
+    "created_to_unix_ns",
+    "newest_first",
+)
 """The query parameters of ``GET /v1/tasks``."""
 EVENTS_QUERY = ("pool", "all_transitions")
 
@@ -117,10 +127,13 @@ class ConsoleHandlers:
             if not _DECIMAL.fullmatch(after):
                 raise ApiError.invalid("after must be a decimal task id")
             listing.after = min(int(after), _UINT64_MAX)  # nothing follows the largest id
-        search = cpb.SearchTasksRequest(list=listing, kinds=self._names(request, "kind"),
-                                        tenants=self._names(request, "tenant"),
-                                        key_prefix=self._single(request, "key_prefix") or "",
-                                        newest_first=self._flag(request, "newest_first"))  # fmt: skip
+        search = cpb.SearchTasksRequest(
+            list=listing,
+            kinds=self._names(request, "kind"),
+            tenants=self._names(request, "tenant"),
+            key_prefix=self._single(request, "key_prefix") or "",
+            newest_first=self._flag(request, "newest_first"),
+        )
         if (created_from := self._unix_ns(request, "created_from_unix_ns")) is not None:
             search.created_from_unix_ns = created_from
         if (created_to := self._unix_ns(request, "created_to_unix_ns")) is not None:
@@ -134,10 +147,10 @@ class ConsoleHandlers:
             detail = await self.router.task_detail(principal, pb.GetRequest(task=self._ref(params)))
         return _json(with_unavailable_shards(detail_json(detail), missing))
 
-    async def watch_events(self, request: Request, principal: Principal,
-                           params: dict[str, str]) -> web.StreamResponse:  # fmt: skip
-        message = pb.WatchRequest(pools=self._names(request, "pool"),
-                                  all_transitions=self._flag(request, "all_transitions"))  # fmt: skip
+    async def watch_events(self, request: Request, principal: Principal, params: dict[str, str]) -> web.StreamResponse:
+        message = pb.WatchRequest(
+            pools=self._names(request, "pool"), all_transitions=self._flag(request, "all_transitions")
+        )
         with collect_unavailable() as missing:
             stream = await self.router.watch(principal, message)
         chunks = events.lines(stream, list(missing), self.limits.max_wait_s)
@@ -198,8 +211,7 @@ class ConsoleHandlers:
 
     # ----------------------------------------------------------------------------- the console's files
 
-    async def ui_redirect(self, request: Request, principal: Principal | None,
-                          params: dict[str, str]) -> web.Response:  # fmt: skip
+    async def ui_redirect(self, request: Request, principal: Principal | None, params: dict[str, str]) -> web.Response:
         return web.Response(status=308, headers={"Location": "/ui/", **SECURITY_HEADERS})
 
     async def ui_index(self, request: Request, principal: Principal | None, params: dict[str, str]) -> web.Response:
