@@ -207,8 +207,10 @@ class Api:
             return
         for dep in spec.deps:
             if isinstance(dep.target, int) and dep.target >> 56 != self._shard_number and self.moves is None:
-                raise ApiError.invalid(f"dependency {dep.target} is a task of another shard; a task can only "
-                                       f"depend on tasks of its own shard")  # fmt: skip
+                raise ApiError.invalid(
+                    f"dependency {dep.target} is a task of another shard; a task can only "
+                    f"depend on tasks of its own shard"
+                )
         for name in spec.resources:
             try:
                 owner = self.config.shard_of_resource(name)
@@ -230,8 +232,10 @@ class Api:
             target = dep.target
             if isinstance(target, int) and target >> 56 != self._shard_number and exc.message.endswith(f" {target}"):
                 where = "" if exc.index is None else f"task {exc.index}: "
-                return ApiError.invalid(f"{where}dependency {target} is a task of another shard; a task can only "
-                                        f"depend on tasks of its own shard")  # fmt: skip
+                return ApiError.invalid(
+                    f"{where}dependency {target} is a task of another shard; a task can only "
+                    f"depend on tasks of its own shard"
+                )
         return None
 
     async def _visible_info(self, principal: Principal, ref: TaskRef) -> tuple[TaskInfo, bool]:
@@ -712,9 +716,11 @@ def _cannot_abort(move: MoveRow, source: str) -> str:
     """Why ``move`` cannot be aborted in its phase, and what to do instead."""
     what = f"the move of pool {move.pool!r} to shard {move.target!r} is {move.phase!r}"
     if move.phase == "transferring":
-        return (f"{what}: the target may own the pool already, so it cannot be aborted; it finishes at this "
-                f"shard's next leadership; then move it back with `cronoq admin move-pool {move.pool} --to "
-                f"{source}`")  # fmt: skip
+        return (
+            f"{what}: the target may own the pool already, so it cannot be aborted; it finishes at this "
+            f"shard's next leadership; then move it back with `cronoq admin move-pool {move.pool} --to "
+            f"{source}`"
+        )
     if move.phase == "done":
         return f"{what}: move it back with `cronoq admin move-pool {move.pool} --to {source}`"
     return f"{what}: it is over, there is nothing to abort"

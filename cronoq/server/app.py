@@ -423,9 +423,10 @@ class ServerApp:
         try:
             await asyncio.wait({lost, stopping, relead}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            # The move watcher may be inside a store call: it ends before the next leadership.
-            await _cancel_and_wait(stopping, relead, watching, *self._draining.values())
+            # The move watcher and drains may be inside a store call: they end before the next leadership.
+            draining = list(self._draining.values())
             self._draining.clear()
+            await _cancel_and_wait(stopping, relead, watching, *draining)
         if lost.done():
             return "lost"
         await _cancel_and_wait(lost)

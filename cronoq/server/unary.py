@@ -108,9 +108,16 @@ class UnaryRunner:
         """Calls of ``caller`` (see ``caller_of``) in flight now."""
         return self._by_caller.get(caller, 0)
 
-    async def run(self, principal: Principal, handler: Callable[[Principal, Req], Awaitable[Resp]], request: Req,
-                  timeout: float | None = None, *, deadline: float | None = None,
-                  collect: bool = True) -> tuple[Resp, list[str]]:  # fmt: skip
+    async def run(
+        self,
+        principal: Principal,
+        handler: Callable[[Principal, Req], Awaitable[Resp]],
+        request: Req,
+        timeout: float | None = None,
+        *,
+        deadline: float | None = None,
+        collect: bool = True,
+    ) -> tuple[Resp, list[str]]:
         """``(response, shards that could not be asked)``; ApiError past the bounds.
 
         ``timeout`` is the transport's own time limit (CANCELLED past it, like the server's

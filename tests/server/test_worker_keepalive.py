@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from cronoq._client.channel import KEEPALIVE
 from cronoq.client import Client, ClientError, Lease, Worker
 from tests.server.harness import CLIENT_TOKEN, TOKENS_TOML, WORKER_TOKEN, ServerProcess
 
@@ -52,15 +53,21 @@ async def test_a_worker_leaves_a_frozen_server(tmp_path: Path) -> None:
         server.kill()
 
 
+_PINGS = dict(KEEPALIVE)
+KEEPALIVE_BOUND_S = 3 * (_PINGS["grpc.keepalive_time_ms"] + _PINGS["grpc.http2.ping_timeout_ms"]) / 1000
+
+
 async def test_a_client_call_without_deadline_ends_on_a_frozen_server(tmp_path: Path) -> None:
     server = ServerProcess(tmp_path, CONFIG, name="frozen-client").start()
     try:
         async with Client(server.address, token=CLIENT_TOKEN) as client:
             submitted = await client.submit({"n": 1})  # the channel is connected before the freeze
             server.signal(signal.SIGSTOP)
-            # Generous bound as above: without the Client's default pings the call never ends.
+            # The default pings end the call within about 15 s (a ping every 10 s, 5 s for its
+            # answer). Without them grpcio gives up on the ping it sent with the request only after
+            # its own ping timeout of 60 s (measured): the bound lies between the two, generously.
             with pytest.raises(ClientError) as caught:
-                await asyncio.wait_for(client.get(submitted.id), 120)
+                await asyncio.wait_for(client.get(submitted.id), KEEPALIVE_BOUND_S)
             assert caught.value.code == "unavailable", caught.value
     finally:
         server.signal(signal.SIGCONT)
