@@ -45,14 +45,10 @@ T = TypeVar("T")
 
 # Run the next step while the previous commit is in flight only when this much work is queued
 # (commands), or when the step in flight was itself busy (mutations): one command may carry a
-# thousand submissions, so under load the command count alone would keep the engine waiting for
-# each commit, and the store for each step. Below both, commands wait for the commit in flight
-# and then go as one step and one commit: with remote workers (each outcome is a command) a bar
-# of 64 mutations ran a step under nearly every commit, and every step sends each worker a
-# message of its own; at 1024, issue 18's benchmark carried 33 leases per message instead of 23
-# and the server and the workers spent 13-25 % less CPU per task.
+# thousand submissions or every report of a burst of completions, so under load the command
+# count alone would keep the engine waiting for each commit, and the store for each step.
 PIPELINE_MIN_COMMANDS = 64
-PIPELINE_MIN_MUTATIONS = 1024
+PIPELINE_MIN_MUTATIONS = 64
 
 
 class NotLeader(Exception):
