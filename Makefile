@@ -59,10 +59,12 @@ run: $(STAMP)
 	$(PY) -m cronoq.demo
 
 bench: $(STAMP)
+	bash scripts/ensure_wrk.sh
 	$(PY) loadtests/engine_bench.py
 	$(PY) loadtests/embedded_bench.py
 	$(PY) loadtests/store_bench.py
 	$(PY) loadtests/server_bench.py
+	$(PY) loadtests/producer_bench.py
 	$(PY) loadtests/shard_scaling.py
 
 # Takeover on Postgres after a leader is killed or frozen, with 0, 100k and 10^6 live tasks, and the

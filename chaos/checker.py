@@ -14,6 +14,8 @@ Rules (each violation names its rule and the task or epoch concerned):
 * ``stale-write``: a leader of an older epoch created a task after a leader of a newer epoch of
   the same shard had begun to (task ids carry the epoch). Leases of an older epoch that workers
   started late are counted (``late_leases``), not judged: their write time is not observable.
+* ``split-ownership``: a pool the drill moved between shards was admitted to or leased by two
+  shards at once (``ownership.py``).
 
 Measures, per fault: the time the shard had no serving leader, the window in which producers saw
 errors, the dip in completions per second against the time before the first fault, and how long
@@ -30,6 +32,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from .ledger import Submission, epoch_of
+from .ownership import Move, MoveMeasure, acts_of_pool, measure_moves, ownership_problems
 
 __all__ = [
     "RULES",
@@ -53,6 +56,7 @@ RULES = (
     "recurring-twice",
     "dependency-order",
     "stale-write",
+    "split-ownership",
 )
 TERMINAL = frozenset({"succeeded", "failed", "dead_lettered", "cancelled", "skipped", "missed", "shed"})
 BUCKET_S = 0.5
@@ -109,6 +113,8 @@ class History:
     leadership: list[tuple[str, float, str | None]] = field(default_factory=list)
     """(shard, when, leader or None): each change the monitor saw; ``a,b`` when two answered."""
     stored: list[StoredTask] = field(default_factory=list)
+    moves: list[Move] = field(default_factory=list)
+    """The pool moves the drill asked for (``pool-move``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +154,7 @@ class CheckResult:
     """Leases of a replaced leader that a worker started after a newer epoch had begun."""
     violations: list[Violation] = field(default_factory=list)
     faults: list[FaultMeasure] = field(default_factory=list)
+    moves: list[MoveMeasure] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -190,6 +197,7 @@ def check(history: History, *, max_details: int = 20) -> CheckResult:
     _check_keys(history, found)
     _check_dependencies(history, found)
     _check_epochs(history, result, found)
+    _check_moves(history, result, found)
     kept: dict[str, int] = defaultdict(int)
     for violation in found:
         kept[violation.rule] += 1
@@ -339,6 +347,20 @@ def _check_epochs(history: History, result: CheckResult, found: list[Violation])
         for e in history.executions
     )
     result.late_leases = len(_overlaps(started))
+
+
+def _check_moves(history: History, result: CheckResult, found: list[Violation]) -> None:
+    submissions = [(s.pool, s.task_id, s.acked, s.duplicate, s.sent_at, s.acked_at) for s in history.submissions]
+    executions = [(e.task_id, e.attempt, e.lease, e.started_at) for e in history.executions]
+    for pool in sorted({move.pool for move in history.moves}):
+        moves = [move for move in history.moves if move.pool == pool]
+        admissions, leases, ids = acts_of_pool(pool, submissions, executions)
+        for problem in ownership_problems(moves, admissions, leases):
+            found.append(Violation("split-ownership", f"pool {pool}: {problem}"))
+        acks = [act.end for act in admissions]
+        others = [e.finished_at for e in history.executions
+                  if e.task_id not in ids and e.outcome == "succeeded" and e.finished_at is not None]  # fmt: skip
+        result.moves.extend(measure_moves(moves, acks, others))
 
 
 # ------------------------------------------------------------------------------------ measures

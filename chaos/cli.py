@@ -135,7 +135,7 @@ def _check(paths: Sequence[Path]) -> int:
 
 
 def _table(files: Sequence[Path], *, markdown: bool) -> int:
-    from .report import read_lines, summarize_lines, summary_table
+    from .report import move_table, read_lines, summarize_lines, summary_table
 
     lines = []
     for path in files:
@@ -146,6 +146,9 @@ def _table(files: Sequence[Path], *, markdown: bool) -> int:
             return 1
     try:
         print(summary_table(summarize_lines(lines), markdown=markdown))
+        moves = move_table(lines, markdown=markdown)
+        if moves is not None:
+            print(f"\n{moves}")
     except (KeyError, TypeError) as exc:
         print(f"cronoq chaos table: not a runs.jsonl line of `cronoq chaos run` ({exc})", file=sys.stderr)
         return 1
@@ -154,7 +157,7 @@ def _table(files: Sequence[Path], *, markdown: bool) -> int:
 
 async def _run(args: argparse.Namespace, drills: Sequence[object]) -> int:
     from .drills import Drill
-    from .report import summarize, summary_table, write_report
+    from .report import move_table, summarize, summary_table, write_report
     from .run import RunOptions, RunOutcome, outcome_json, run_drill
 
     outcomes: list[RunOutcome] = []
@@ -188,6 +191,9 @@ async def _run(args: argparse.Namespace, drills: Sequence[object]) -> int:
             lines.append(line)
     print()
     print(summary_table(summarize(outcomes)))
+    moves = move_table([json.loads(line) for line in lines])
+    if moves is not None:
+        print(f"\n{moves}")
     if args.report is not None:
         command = "cronoq chaos " + " ".join(shlex.quote(a) for a in sys.argv[1:])
         path = write_report(args.report, outcomes, lines, command)

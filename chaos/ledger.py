@@ -74,6 +74,11 @@ _SCHEMA = (
         seq INTEGER PRIMARY KEY, name TEXT NOT NULL, target TEXT NOT NULL, shard TEXT,
         started_at REAL NOT NULL, ended_at REAL, detail TEXT NOT NULL DEFAULT '')""",
     "CREATE TABLE IF NOT EXISTS leadership (shard TEXT NOT NULL, at REAL NOT NULL, leader TEXT)",
+    # A pool move the drill asked for: when, and when the target was first seen owning the pool
+    # at ``version`` (NULL: never); ``fault`` is what the drill broke meanwhile ('' for nothing).
+    """CREATE TABLE IF NOT EXISTS moves (
+        pool TEXT NOT NULL, version INTEGER NOT NULL, source TEXT NOT NULL, target TEXT NOT NULL,
+        requested_at REAL NOT NULL, done_at REAL, fault TEXT NOT NULL DEFAULT '')""",
     """CREATE TABLE IF NOT EXISTS stored_tasks (
         id INTEGER PRIMARY KEY, key TEXT, status TEXT NOT NULL, attempt INTEGER NOT NULL,
         max_attempts INTEGER NOT NULL, submitted_at REAL NOT NULL, output BLOB)""",
@@ -189,6 +194,12 @@ class Ledger:
         if rows:
             with self._conn:
                 self._conn.executemany("INSERT INTO leadership VALUES (?,?,?)", rows)
+
+    def add_move(self, pool: str, version: int, source: str, target: str, requested_at: float,
+                 done_at: float | None, fault: str) -> None:  # fmt: skip
+        self._conn.execute(
+            "INSERT INTO moves VALUES (?,?,?,?,?,?,?)", (pool, version, source, target, requested_at, done_at, fault)
+        )
 
     def add_stored(self, rows: Iterable[tuple[int, str | None, str, int, int, float, bytes | None]]) -> None:
         with self._conn:

@@ -14,7 +14,16 @@ from typing import Any
 from .checker import History, percentile
 from .run import RunOutcome
 
-__all__ = ["DrillSummary", "plot_svg", "read_lines", "summarize", "summarize_lines", "summary_table", "write_report"]
+__all__ = [
+    "DrillSummary",
+    "move_table",
+    "plot_svg",
+    "read_lines",
+    "summarize",
+    "summarize_lines",
+    "summary_table",
+    "write_report",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +99,12 @@ def summary_table(summaries: Sequence[DrillSummary], *, markdown: bool = False) 
                 _s(max(s.unavailable) if s.unavailable else None),
             )
         )
+    return _render(rows, markdown)
+
+
+def _render(rows: Sequence[Sequence[str]], markdown: bool) -> str:
+    """A table: its head row, then the others; Markdown, or columns aligned for a terminal."""
+    head = rows[0]
     if markdown:
         lines = ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(head)]
         lines += ["| " + " | ".join(row) + " |" for row in rows[1:]]
@@ -97,6 +112,31 @@ def summary_table(summaries: Sequence[DrillSummary], *, markdown: bool = False) 
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     return "\n".join("  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in
                                enumerate(zip(row, widths, strict=True))) for row in rows)  # fmt: skip
+
+
+def move_table(lines: Sequence[dict[str, Any]], *, markdown: bool = False) -> str | None:
+    """The pool moves of recorded runs (``pool-move``), moves without a fault apart from those
+    during which a leader was killed; None when no run moved a pool."""
+    moves = [move for line in lines for move in line.get("moves", ())]
+    if not moves:
+        return None
+    head = ("moves", "fault", "done", "duration p50 s", "max s", "admission gap p50 s", "p99 s", "max s",
+            "others' throughput min", "p50")  # fmt: skip
+    rows: list[tuple[str, ...]] = [head]
+    for label, group in (
+        ("none", [m for m in moves if not m["fault"]]),
+        ("leader killed", [m for m in moves if m["fault"]]),
+    ):
+        if not group:
+            continue
+        durations = [m["duration_s"] for m in group if m["duration_s"] is not None]
+        gaps = [m["admission_gap_s"] for m in group if m["admission_gap_s"] is not None]
+        ratios = [m["others_ratio"] for m in group if m["others_ratio"] is not None]
+        rows.append((str(len(group)), label, str(len(durations)), _s(percentile(durations, 50)),
+                     _s(max(durations, default=None)), _s(percentile(gaps, 50)), _s(percentile(gaps, 99)),
+                     _s(max(gaps, default=None)), _s(min(ratios, default=None)),
+                     _s(percentile(ratios, 50))))  # fmt: skip
+    return _render(rows, markdown)
 
 
 # ------------------------------------------------------------------------------------- plot

@@ -35,6 +35,7 @@ from .ledger import Ledger, Submission
 from .netns import POSTGRES_NODE, Network, cluster_network
 from .netns import available as netns_available
 from .netns import placements as network_placements
+from .ownership import Move
 from .postgres import ThrowawayPostgres
 from .processes import ChildProcess, LeaderMonitor
 from .producer import ProducerPlan
@@ -178,20 +179,23 @@ def _producer_plans(ctx: RunContext, run_tag: str) -> list[tuple[ProducerPlan, s
     options, drill = ctx.options, ctx.drill
     cluster = ctx.running
     plans = []
-    per = max(1, options.tasks // options.producers)
-    for index in range(options.producers):
-        shard = cluster.shards[index % len(cluster.shards)]
-        pool = shard.plan.pools[0]
+    producers = max(options.producers, drill.min_producers)
+    per = max(1, options.tasks // producers)
+    # Each shard's first pool, then the others: with one pool per shard, one producer per shard.
+    pools = [(shard, pool) for depth in range(drill.pools_per_shard) for shard in cluster.shards
+             for pool in shard.plan.pools[depth : depth + 1]]  # fmt: skip
+    for index in range(producers):
+        shard, pool = pools[index % len(pools)]
         # Producers enter through s1's endpoint: tasks of other shards' pools are forwarded.
         target = cluster.shards[0].plan.grpc_target
-        count = per if index < options.producers - 1 else options.tasks - per * (options.producers - 1)
+        count = per if index < producers - 1 else options.tasks - per * (producers - 1)
         plan = ProducerPlan(
             name=f"p{index + 1}",
             target=target,
             ledger=str(ctx.ledger.path),
             pool=pool,
             count=count,
-            rate=options.rate / options.producers,
+            rate=options.rate / producers,
             seed=options.seed * 1000 + index,
             key_prefix=f"{run_tag}-p{index + 1}",
             dep_every=options.dep_every,
@@ -340,6 +344,18 @@ def history_from_ledger(ledger: Ledger) -> History:
                     None if outcome is None else str(outcome),
                 )
             )
+    history.moves = [
+        Move(
+            str(pool),
+            int(version),
+            str(source),
+            str(target),
+            float(asked),
+            None if done is None else float(done),
+            str(fault),
+        )
+        for pool, version, source, target, asked, done, fault in ledger.query("SELECT * FROM moves ORDER BY rowid")
+    ]
     for name, target_name, shard, started, ended in ledger.query(
         "SELECT name, target, shard, started_at, ended_at FROM faults ORDER BY seq"
     ):
@@ -402,6 +418,7 @@ async def run_drill(
             schema_prefix=f"chaos_{uuid.uuid4().hex[:12]}_",
             restart=drill.restart,
             pool_settings=dict(drill.pool_settings),
+            pools_per_shard=drill.pools_per_shard,
             limits={"max_pending_per_pool": 2 * options.backlog + 100_000} if options.backlog else {},
             shutdown_grace_s=1.0,
             placements=placements,
@@ -419,15 +436,16 @@ async def run_drill(
         worker_token, client_token = ctx.cluster.token("worker"), ctx.cluster.token("client")
         logs = run_dir / "logs"
         logs.mkdir(exist_ok=True)
-        for shard in ctx.cluster.shards:
+        for serving, pool in [(shard, pool) for shard in ctx.cluster.shards for pool in shard.plan.pools]:
             for index in range(options.workers_per_shard):
-                name = f"{shard.name}-w{index + 1}"
+                first = pool == serving.plan.pools[0]
+                name = f"{serving.name}-w{index + 1}" if first else f"{pool}-w{index + 1}"
                 worker = ChildProcess(
                     name,
                     "cronoq.chaos.worker",
                     [
-                        shard.plan.grpc_target,
-                        shard.plan.pools[0],
+                        serving.plan.grpc_target,
+                        pool,
                         name,
                         str(ctx.ledger.path),
                         str(options.worker_slots),
@@ -458,7 +476,8 @@ async def run_drill(
         if options.recurring:
             with contextlib.suppress(ClientError, TimeoutError):
                 await admin.remove_recurring(RECURRING_NAME)
-        pools = [pool for number in range(1, options.shards + 1) for pool in pools_of_shard(number)]
+        pools = [pool for number in range(1, options.shards + 1)
+                 for pool in pools_of_shard(number, drill.pools_per_shard)]  # fmt: skip
         lister = Client(ctx.cluster.shards[0].plan.grpc_target, token=ctx.cluster.token("admin"))
         try:
             stored, problems = await _stored_tasks(lister, pools)
@@ -550,6 +569,19 @@ def outcome_json(outcome: RunOutcome) -> str:
                     "recovery_s": None if m.recovery_s is None else round(m.recovery_s, 3),
                 }
                 for m in measures
+            ],
+            "moves": [
+                {
+                    "pool": m.pool,
+                    "version": m.version,
+                    "from": m.source,
+                    "to": m.target,
+                    "fault": m.fault,
+                    "duration_s": None if m.duration_s is None else round(m.duration_s, 3),
+                    "admission_gap_s": None if m.admission_gap_s is None else round(m.admission_gap_s, 3),
+                    "others_ratio": None if m.others_ratio is None else round(m.others_ratio, 3),
+                }
+                for m in result.moves
             ],
             "duration_s": round(outcome.duration_s, 2),
             "client_error_codes": dict(Counter(code for _, _, code in outcome.history.client_errors)),

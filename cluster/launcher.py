@@ -250,7 +250,8 @@ class Cluster:
                 grpc_port, http_port = free_port(), free_port()
             else:
                 grpc_port, http_port = wanted
-            plans.append(ShardPlan(shard_name(number), number, pools_of_shard(number), grpc_port, http_port, host))
+            pools = pools_of_shard(number, self.options.pools_per_shard)
+            plans.append(ShardPlan(shard_name(number), number, pools, grpc_port, http_port, host))
         return plans
 
     @staticmethod

@@ -55,8 +55,10 @@ def shard_name(number: int) -> str:
     return f"s{number}"
 
 
-def pools_of_shard(number: int) -> tuple[str, ...]:
-    return ("default",) if number == 1 else (f"pool{number}",)
+def pools_of_shard(number: int, count: int = 1) -> tuple[str, ...]:
+    """Shard ``number``'s pools: its first, then ``count - 1`` more named ``s{number}p{i}``."""
+    first = "default" if number == 1 else f"pool{number}"
+    return (first, *(f"s{number}p{index}" for index in range(2, count + 1)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +86,8 @@ class ClusterOptions:
     proxy: bool = True
     """Front each shard with a leader-following TCP proxy on its endpoint. Without it (one replica
     per shard only) the endpoint is the server's own listener: one hop less, for benchmarks."""
+    pools_per_shard: int = 1
+    """Pools each shard starts with (``pools_of_shard``); the pool-move drill needs two."""
     pool_max: int = 64
     """Each pool's ``max``: the autoscaler's bound and the most slots one worker is granted."""
     limits: Mapping[str, int | float] = field(default_factory=dict)
@@ -134,6 +138,8 @@ class ClusterOptions:
             )
         if self.dsn is not None and not self.dsn.startswith(("postgres://", "postgresql://")):
             problems.append("--dsn must be a postgres:// or postgresql:// URL")
+        if not 1 <= self.pools_per_shard <= 16:
+            problems.append(f"pools_per_shard must be between 1 and 16, got {self.pools_per_shard}")
         if self.pool_max < 1:
             problems.append(f"pool_max must be at least 1, got {self.pool_max}")
         if problems:

@@ -204,8 +204,12 @@ def _resource(res: ResourceSection) -> list[tuple[str, Value | None]]:
 
 
 def _shard(shard: ShardSection) -> list[tuple[str, Value | None]]:
-    fields: list[tuple[str, Value | None]] = [("name", shard.name), ("number", shard.number), ("pools", shard.pools),
-                                              ("endpoint", shard.endpoint)]  # fmt: skip
+    fields: list[tuple[str, Value | None]] = [
+        ("name", shard.name),
+        ("number", shard.number),
+        ("pools", shard.pools),
+        ("endpoint", shard.endpoint),
+    ]
     if shard.replicas:
         fields.append(("replicas", shard.replicas))
     return fields

@@ -256,8 +256,7 @@ class AutoscaleConfig:
         seconds_to_ns(stabilization_window, "stabilization_window")
         seconds_to_ns(cooldown, "cooldown")
         self.interval = float(interval)
-        self.target_utilization = _fraction(target_utilization, "target_utilization", low=0.0, high=1.0,
-                                            low_open=True)  # fmt: skip
+        self.target_utilization = _fraction(target_utilization, "target_utilization", low=0.0, high=1.0, low_open=True)
         self.drain_time = float(drain_time)
         self.slo: dict[str, float] = {}
         if slo is not None and not isinstance(slo, Mapping):
@@ -346,8 +345,9 @@ class Resource:
     @staticmethod
     def token_bucket(name: str, rate: float, burst: int) -> Resource:
         """``rate`` units per second, up to ``burst`` at once; units are spent, not returned."""
-        config = ec.ResourceConfig.token_bucket(_name(name, "resource name"), _fraction(rate, "rate", low=0.0),
-                                                _count(burst, "burst"))  # fmt: skip
+        config = ec.ResourceConfig.token_bucket(
+            _name(name, "resource name"), _fraction(rate, "rate", low=0.0), _count(burst, "burst")
+        )
         return Resource._checked(config)
 
     @staticmethod
@@ -447,8 +447,10 @@ class Pool:
             raise ValueError(str(err)) from None
         fairness = None
         if tenant_weights:
-            weights = {_name(str(k), "tenant"): _fraction(v, f"tenant_weights[{k!r}]", low=0.0, low_open=True)
-                       for k, v in tenant_weights.items()}  # fmt: skip
+            weights = {
+                _name(str(k), "tenant"): _fraction(v, f"tenant_weights[{k!r}]", low=0.0, low_open=True)
+                for k, v in tenant_weights.items()
+            }
             fairness = ec.Fairness(weights)
         elif fair_share:
             fairness = ec.Fairness({})
@@ -606,9 +608,22 @@ def plain_spec(payload: Any, trace: bool = True) -> et.TaskSpec:
     The empty maps are the engine's shared constants (nothing mutates a spec's maps in place).
     """
     spec = et.TaskSpec(
-        payload, None, "default", Priority.NORMAL, None, None, None, None, None, None, (),
-        et.EMPTY_INT_MAP, et.EMPTY_STR_MAP, et.EMPTY_STR_MAP, None,
-    )  # fmt: skip
+        payload,
+        None,
+        "default",
+        Priority.NORMAL,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        (),
+        et.EMPTY_INT_MAP,
+        et.EMPTY_STR_MAP,
+        et.EMPTY_STR_MAP,
+        None,
+    )
     if trace:
         traceparent = current_traceparent()
         if traceparent is not None:

@@ -3,6 +3,10 @@
 Each attempt runs in its own asyncio task (a plain function runs in the loop's default thread
 pool, awaited from such a task). Cancelling a task, a timeout or a lost lease cancels that
 asyncio task. Reports of finished attempts are batched into one driver command per loop turn.
+
+The ``Scheduler`` is here; its parts are beside it: ``_scheduler_attempts`` (``TaskContext``,
+running an executor), ``_scheduler_results`` (``TaskHandle``, stored payloads and outputs),
+``_scheduler_events`` (``StatusEvent``, ``EventStream``) and ``_scheduler_checks`` (arguments).
 """
 
 from __future__ import annotations
@@ -10,14 +14,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import inspect
 import logging
-import sys
 import threading
 import time
-from collections import OrderedDict, deque
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
-from dataclasses import dataclass
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from cronoq.engine import (
@@ -31,7 +32,6 @@ from cronoq.engine import (
     EngineFault,
     Failure,
     Outcome,
-    OverlapPolicy,
     PoolConfig,
     RecurringSpec,
     Resolve,
@@ -43,8 +43,7 @@ from cronoq.engine import (
     UnknownTask,
 )
 from cronoq.engine import StatusEvent as EngineEvent
-from cronoq.engine.limits import MAX_COUNT
-from cronoq.engine.types import NS_PER_S, MissPolicy
+from cronoq.engine.types import NS_PER_S
 from cronoq.shard.driver import Driver, NotLeader, ShuttingDown, StoreUnavailable
 from cronoq.stores.base import Codec, JsonCodec, Store, Unstorable, json_bytes
 
@@ -63,9 +62,21 @@ from ._options import (
     plain_spec,
     seconds_to_ns,
 )
+from ._scheduler_attempts import (
+    TaskContext,
+    abort_attempt,
+    invoke,
+    is_async,
+    lease_of,
+    retry_after_ns,
+    set_task,
+    spawn,
+)
+from ._scheduler_checks import capacity_slots, check_ref, schedule_policies
+from ._scheduler_events import EventHub, EventStream, StatusEvent
+from ._scheduler_results import UNSTORED, Encoded, StoreCodec, TaskHandle, Unstored, fail
 from .errors import (
     CronoqError,
-    EventsLagged,
     InvalidTaskOption,
     Permanent,
     Retryable,
@@ -86,308 +97,6 @@ SHUTDOWN_SETTLE = 0.1
 """After shutdown cancels the attempts still running, how long it lets them unwind."""
 
 _FULL = SubmitCode.FULL.value
-
-
-@dataclass(frozen=True, slots=True)
-class StatusEvent:
-    """A task changed status: ``id``, ``pool``, ``key``, ``status``, ``attempt``, ``at`` (Unix
-    seconds) and ``message`` (the final message of a failed task, else usually None)."""
-
-    id: int
-    pool: str
-    key: str | None
-    status: str
-    attempt: int
-    at: float
-    message: str | None
-
-
-def _public_event(event: EngineEvent | Resolve) -> StatusEvent:
-    return StatusEvent(
-        event.id, event.pool, event.key, event.status.value, event.attempt, event.at / NS_PER_S, event.message
-    )
-
-
-class EventStream:
-    """Status events as they happen, from ``Scheduler.events()``.
-
-    An async iterator of ``StatusEvent``, and an async context manager that closes the stream.
-    It buffers up to the scheduler's ``event_capacity`` events; when the consumer falls behind,
-    the oldest are dropped and counted in ``lagged``. With ``on_lag="raise"`` the next iteration
-    raises ``EventsLagged`` instead, and iterating again continues with the buffered events. The
-    stream ends when it is closed or the scheduler shuts down.
-    """
-
-    def __init__(self, capacity: int, on_lag: Literal["skip", "raise"], unregister: Callable[[EventStream], None]):
-        if on_lag not in ("skip", "raise"):
-            raise ValueError("on_lag must be 'skip' or 'raise'")
-        self._buffer: deque[StatusEvent] = deque()
-        self._capacity = max(1, capacity)
-        self._on_lag = on_lag
-        self._lagged = 0
-        self._unreported = 0
-        self._waiter: asyncio.Future[None] | None = None
-        self._closed = False
-        self._unregister = unregister
-
-    @property
-    def lagged(self) -> int:
-        """How many events this stream dropped because its buffer was full."""
-        return self._lagged
-
-    @property
-    def closed(self) -> bool:
-        """Whether the stream ended (closed, or the scheduler shut down)."""
-        return self._closed
-
-    def _push(self, event: StatusEvent) -> None:
-        if self._closed:
-            return
-        buffer = self._buffer
-        if len(buffer) >= self._capacity:
-            buffer.popleft()
-            self._lagged += 1
-            self._unreported += 1
-        buffer.append(event)
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    def _end(self) -> None:
-        self._closed = True
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    def __aiter__(self) -> EventStream:
-        return self
-
-    async def __anext__(self) -> StatusEvent:
-        while True:
-            if self._on_lag == "raise" and self._unreported:
-                skipped, self._unreported = self._unreported, 0
-                raise EventsLagged(skipped)
-            if self._buffer:
-                return self._buffer.popleft()
-            if self._closed:
-                raise StopAsyncIteration
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
-
-    def close(self) -> None:
-        """End the stream; events already buffered can still be read."""
-        if not self._closed:
-            self._end()
-            self._unregister(self)
-
-    async def aclose(self) -> None:
-        """``close()``, as a coroutine."""
-        self.close()
-
-    async def __aenter__(self) -> EventStream:
-        return self
-
-    async def __aexit__(self, *args: object) -> None:
-        self.close()
-
-
-class TaskContext:
-    """What an executor knows about the attempt it runs; passed as its first argument.
-
-    ``id`` and ``attempt`` (1 for the first) together are a fencing token: attempt numbers never
-    repeat for a task. ``tags`` are the task's tags (strings), ``group`` the labels of the
-    capacity group it runs on, ``timeout`` the per-attempt timeout in seconds.
-    """
-
-    # Built once per attempt, so it only keeps the lease: the fields are read from it when asked
-    # for, and the two dicts (copies, so an executor cannot change the engine's) on first use.
-    __slots__ = ("_cancelled", "_group", "_lease", "_sched", "_tags", "_task")
-
-    def __init__(self, sched: Scheduler, lease: Dispatch) -> None:
-        self._sched = sched
-        self._lease = lease
-        self._cancelled = False
-        self._tags: dict[str, str] | None = None
-        self._group: dict[str, str] | None = None
-        self._task: asyncio.Task[None] | None = None  # the attempt's asyncio task, once spawned
-
-    @property
-    def id(self) -> int:
-        """The task's id."""
-        return self._lease.task_id
-
-    @property
-    def attempt(self) -> int:
-        """This attempt's number, 1 for the first; never repeats for a task."""
-        return self._lease.attempt
-
-    @property
-    def kind(self) -> str:
-        """The task's kind."""
-        return self._lease.kind
-
-    @property
-    def key(self) -> str | None:
-        """The task's idempotency key, if it has one."""
-        return self._lease.key
-
-    @property
-    def pool(self) -> str:
-        """The pool the attempt runs in."""
-        return self._lease.pool
-
-    @property
-    def tags(self) -> dict[str, str]:
-        """The task's tags (the same dict on every access)."""
-        tags = self._tags
-        if tags is None:
-            tags = self._tags = dict(self._lease.tags)
-        return tags
-
-    @property
-    def group(self) -> dict[str, str]:
-        """The labels of the capacity group the attempt runs on (the same dict on every access)."""
-        group = self._group
-        if group is None:
-            group = self._group = dict(self._lease.group)
-        return group
-
-    @property
-    def timeout(self) -> float | None:
-        """The per-attempt timeout in seconds, if any."""
-        timeout = self._lease.timeout
-        return timeout / NS_PER_S if timeout is not None else None
-
-    @property
-    def deadline(self) -> float | None:
-        """The task's deadline as Unix seconds, if it has one."""
-        deadline = self._lease.deadline
-        return deadline / NS_PER_S if deadline is not None else None
-
-    def is_cancelled(self) -> bool:
-        """Whether the engine aborted this attempt (cancellation, timeout, lost lease, shutdown).
-
-        Async executors are cancelled at their next ``await``; plain functions cannot be
-        interrupted and should poll this in long loops.
-        """
-        return self._cancelled
-
-    def heartbeat(self) -> None:
-        """Keep this attempt's lease alive; needed only in pools with a ``lease_ttl``.
-
-        Safe to call from a plain (sync) executor's thread as well as from the event loop.
-        """
-        lease_id = self._lease.id
-        self._sched._post_threadsafe(lambda core, now: core.heartbeat(now, lease_id))
-
-    def __repr__(self) -> str:
-        return f"TaskContext(id={self.id}, attempt={self.attempt}, pool={self.pool!r}, kind={self.kind!r})"
-
-
-class TaskHandle:
-    """A submitted task. Await it (or ``result()``) for the executor's return value.
-
-    A task that did not succeed raises ``TaskFailed``. Cancelling the coroutine that awaits a
-    handle does not cancel the task; ``cancel()`` does.
-    """
-
-    __slots__ = ("_future", "_sched", "duplicate", "id")
-
-    def __init__(self, sched: Scheduler, task_id: int, duplicate: bool, future: asyncio.Future[Any]) -> None:
-        self._sched = sched
-        self.id = task_id
-        self.duplicate = duplicate
-        self._future = future
-
-    def __await__(self) -> Generator[Any, None, Any]:
-        return asyncio.shield(self._future).__await__()
-
-    def result(self) -> Awaitable[Any]:
-        """An awaitable of the task's result (the same as awaiting the handle)."""
-        return asyncio.shield(self._future)
-
-    def done(self) -> bool:
-        """Whether the result is known (awaiting the handle would not wait)."""
-        return self._future.done()
-
-    def cancel(self) -> None:
-        """Cancel the task itself, not just this handle (like ``Scheduler.cancel``)."""
-        if not self._future.done():
-            task_id = self.id
-            self._sched._post(lambda core, now: core.cancel(now, task_id))
-
-    def __repr__(self) -> str:
-        return f"TaskHandle(id={self.id}, duplicate={self.duplicate}, done={self.done()})"
-
-
-def _fail(future: asyncio.Future[Any], error: BaseException) -> None:
-    """Fail a handle's future without asyncio logging "exception never retrieved" for it:
-    a handle nobody awaits is fine (the failure is also in the status events)."""
-    if not future.done():
-        future.set_exception(error)
-        future.exception()
-
-
-class _Encoded:
-    """A payload or output already encoded by the scheduler's codec (to check that the store can
-    hold it): the store takes ``data`` as is, executors and handles get ``value``."""
-
-    __slots__ = ("data", "value")
-
-    def __init__(self, value: Any, data: bytes) -> None:
-        self.value = value
-        self.data = data
-
-
-class _Unstored:
-    """An output the codec cannot encode: handed to waiters in memory, stored as a marker."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-
-_UNSTORED = object()  # what the store codec decodes the marker to
-_UNSTORED_MARK = b"\x00cronoq: output not stored\x00"
-
-
-class _StoreCodec:
-    """The scheduler's codec as seen by its store: outputs that could not be encoded are stored
-    as a marker, which reads back as "output no longer available"."""
-
-    __slots__ = ("inner",)
-
-    def __init__(self, inner: Codec) -> None:
-        self.inner = inner
-
-    def encode(self, obj: Any, /) -> bytes:
-        kind = type(obj)
-        if kind is _Encoded:
-            return obj.data  # type: ignore[no-any-return]
-        if kind is _Unstored:
-            return _UNSTORED_MARK
-        return self.inner.encode(obj)
-
-    def decode(self, data: bytes, /) -> Any:
-        if data == _UNSTORED_MARK:
-            return _UNSTORED
-        return self.inner.decode(data)
-
-
-if sys.version_info >= (3, 12):
-
-    def _spawn(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        # Start at once, as a proper task: most executors either finish or await I/O right away.
-        return asyncio.Task(coro, loop=loop, eager_start=True)
-
-else:
-
-    def _spawn(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        return loop.create_task(coro)
 
 
 class Scheduler:
@@ -421,7 +130,7 @@ class Scheduler:
         if len(self._pools) != len(pools):
             raise SchedulerError("pool names must be unique")
         self._executors: dict[str, tuple[Callable[..., Any], bool]] = {
-            pool.name: (pool.executor, _is_async(pool.executor)) for pool in pools
+            pool.name: (pool.executor, is_async(pool.executor)) for pool in pools
         }
         configs: tuple[PoolConfig, ...] = tuple(pool.to_engine() for pool in pools)
         resources = list(resources or ())
@@ -454,16 +163,16 @@ class Scheduler:
         if store is None:
             self._none_success = Success(None)
         elif type(self._codec) is JsonCodec:
-            self._none_success = Success(_Encoded(None, json_bytes(None)))
+            self._none_success = Success(Encoded(None, json_bytes(None)))
         if store is not None and hasattr(store, "codec"):
-            store.codec = _StoreCodec(self._codec)
+            store.codec = StoreCodec(self._codec)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
         self._driver: Driver | None = None
         self._handles: dict[int, list[asyncio.Future[Any]]] = {}
         self._outputs: OrderedDict[int, Any] = OrderedDict()
         self._running: dict[int, TaskContext] = {}  # by lease id
-        self._streams: set[EventStream] = set()
+        self._events = EventHub()
         self._space_generation = 0
         self._space_waiters: list[asyncio.Future[None]] = []
         self._done: list[tuple[int, Outcome]] = []
@@ -561,9 +270,7 @@ class Scheduler:
         cancelled = self._cancel_all_attempts() + [task for task in self._unwinding if not task.done()]
         self._unwinding = []
         self._fail_all_handles()
-        for stream in list(self._streams):
-            stream._end()
-        self._streams.clear()
+        self._events.end_all()
         self._wake_space_waiters()
         return cancelled
 
@@ -574,9 +281,8 @@ class Scheduler:
     def _cancel_all_attempts(self) -> list[asyncio.Task[None]]:
         cancelled = []
         for ctx in list(self._running.values()):
-            ctx._cancelled = True
-            task = ctx._task
-            if task is not None and not task.done():
+            task = abort_attempt(ctx)
+            if task is not None:
                 task.cancel()
                 cancelled.append(task)
         self._running.clear()
@@ -587,7 +293,7 @@ class Scheduler:
         self._handles = {}
         for task_id, futures in handles.items():
             for future in futures:
-                _fail(future, TaskFailed("shutdown", "the scheduler stopped first", task_id))
+                fail(future, TaskFailed("shutdown", "the scheduler stopped first", task_id))
 
     def _driver_or_raise(self) -> Driver:
         driver = self._driver
@@ -643,7 +349,7 @@ class Scheduler:
         is stored, and the bytes travel with the task so the store does not encode again."""
         if self._store is None:
             return payload
-        return _Encoded(payload, self._encode(payload))
+        return Encoded(payload, self._encode(payload))
 
     @keyword_signature(TaskOptions)
     async def submit(self, payload: Any, **options: Unpack[TaskOptions]) -> TaskHandle:
@@ -727,7 +433,7 @@ class Scheduler:
         handles = []
         for attached, future in zip(outcomes, futures, strict=True):
             if attached[2] is None:  # still live: no output to look up, so no coroutine needed
-                handles.append(TaskHandle(self, attached[0], attached[1], future))
+                handles.append(TaskHandle(self._post, attached[0], attached[1], future))
             else:
                 handles.append(await self._handle_for(attached, future))
         return handles
@@ -768,15 +474,15 @@ class Scheduler:
         task_id, duplicate, status, message = attached
         if status is not None and not future.done():
             if status is not TaskStatus.SUCCEEDED:
-                _fail(future, TaskFailed(status.value, message or status.value, task_id))
+                fail(future, TaskFailed(status.value, message or status.value, task_id))
             else:
                 found, output = await self._load_output(task_id)
                 if found:
                     future.set_result(output)
                 else:
                     gone = "the task succeeded but its output is no longer kept"
-                    _fail(future, TaskFailed("succeeded", gone, task_id))
-        return TaskHandle(self, task_id, duplicate, future)
+                    fail(future, TaskFailed("succeeded", gone, task_id))
+        return TaskHandle(self._post, task_id, duplicate, future)
 
     async def _load_output(self, task_id: int) -> tuple[bool, Any]:
         if task_id in self._outputs:
@@ -787,7 +493,7 @@ class Scheduler:
             except Exception as err:  # a corrupt or unreachable row: the result is unavailable
                 log.warning("could not load the output of task %d: %s", task_id, err)
                 return False, None
-            if found and output is not _UNSTORED:
+            if found and output is not UNSTORED:
                 return True, output
         return False, None
 
@@ -799,7 +505,7 @@ class Scheduler:
 
         A queued task is removed; a running attempt's asyncio task is cancelled.
         """
-        _check_ref(target)
+        check_ref(target)
         try:
             result: bool = await self._call(lambda core, now: core.cancel(now, target))
         except UnknownTask:
@@ -808,14 +514,14 @@ class Scheduler:
 
     async def status(self, target: TaskRefLike) -> str | None:
         """The status of a task by id or key (``"ready"``, ``"succeeded"``, ...), None if unknown."""
-        _check_ref(target)
+        check_ref(target)
         info = await self._call(lambda core, now: core.get(target))
         return info.status.value if info is not None else None
 
     async def handle(self, target: TaskRefLike) -> TaskHandle | None:
         """A handle to an existing task by id or key: live, finished within the retention window,
         or (with a store) finished before a restart. None when no such task is known."""
-        _check_ref(target)
+        check_ref(target)
         self._driver_or_raise()
         loop = self._loop
         assert loop is not None
@@ -840,14 +546,14 @@ class Scheduler:
     async def set_capacity(self, pool: str, capacity: int) -> None:
         """Set a pool's (unlabelled) capacity. An autoscaled pool's autoscaler may change it again.
         ``ValueError`` for a capacity below 0 (or not below 2**32)."""
-        slots = _capacity(capacity)
+        slots = capacity_slots(capacity)
         await self._call(lambda core, now: core.set_capacity(now, pool, slots))
 
     async def set_group_capacity(self, pool: str, labels: Mapping[str, str], capacity: int) -> None:
         """Set the capacity of a pool's slots that carry ``labels``; tasks submitted with
         ``labels=`` run only on groups that have them (``ctx.group`` says which)."""
         labels = {str(k): str(v) for k, v in labels.items()}
-        slots = _capacity(capacity)
+        slots = capacity_slots(capacity)
         await self._call(lambda core, now: core.set_group_capacity(now, pool, labels, slots))
 
     async def add_recurring(
@@ -882,18 +588,7 @@ class Scheduler:
         ``SchedulerError``.
         """
         self._driver_or_raise()
-        if not isinstance(name, str) or not isinstance(cron, str) or (tz is not None and not isinstance(tz, str)):
-            raise TypeError("name, cron and tz must be strings")
-        if not name:
-            raise ValueError("a schedule needs a name")
-        try:
-            overlap_policy = OverlapPolicy(overlap)
-        except ValueError:
-            raise ValueError(f"invalid overlap {overlap!r}: expected skip, allow, queue or queue_on_success") from None
-        try:
-            miss = MissPolicy(on_miss)
-        except ValueError:
-            raise ValueError(f"invalid on_miss {on_miss!r}: expected run_late, skip or fail") from None
+        overlap_policy, miss = schedule_policies(name, cron, tz, overlap, on_miss)
         stored = self._check_payload(payload)
         template = build_spec(
             payload, 0, priority=priority, pool=pool, kind=kind, key=key, duration_hint=duration_hint,
@@ -925,9 +620,7 @@ class Scheduler:
         """A new stream of status events: terminal ones, and every transition with
         ``emit_transitions=True``. See ``EventStream``."""
         self._driver_or_raise()
-        stream = EventStream(self._event_capacity, on_lag, self._streams.discard)
-        self._streams.add(stream)
-        return stream
+        return self._events.open(self._event_capacity, on_lag)
 
     # ------------------------------------------------------------------------------------------
     # Running attempts (started by the sink after a driver step)
@@ -940,15 +633,15 @@ class Scheduler:
         attempt = self._attempt
         for lease in leases:
             executor, is_async = executors[lease.pool]
-            ctx = TaskContext(self, lease)
+            ctx = TaskContext(self._post_threadsafe, lease)
             running[lease.id] = ctx
             # Set after the spawn: an eager start may already have finished (and forgotten) it.
-            ctx._task = _spawn(loop, attempt(ctx, executor, is_async))
+            set_task(ctx, spawn(loop, attempt(ctx, executor, is_async)))
 
     async def _attempt(self, ctx: TaskContext, executor: Callable[..., Any], is_async: bool) -> None:
-        lease = ctx._lease
+        lease = lease_of(ctx)
         payload = lease.payload
-        if type(payload) is _Encoded:
+        if type(payload) is Encoded:
             payload = payload.value
         otel = self._otel
         try:
@@ -956,10 +649,10 @@ class Scheduler:
                 if is_async:  # awaited right here: one coroutine less per attempt than _invoke
                     result = await executor(ctx, payload)
                 else:
-                    result = await _invoke(executor, False, ctx, payload)
+                    result = await invoke(executor, False, ctx, payload)
             else:
                 with otel.attempt_span(lease):
-                    result = await _invoke(executor, is_async, ctx, payload)
+                    result = await invoke(executor, is_async, ctx, payload)
         except BaseException as error:
             self._failed(lease.id, error)
             return
@@ -967,27 +660,27 @@ class Scheduler:
 
     def _finished(self, lease_id: int, output: Any) -> None:
         ctx = self._running.pop(lease_id, None)
-        if ctx is None or ctx._cancelled:
+        if ctx is None or ctx.is_cancelled():
             return  # aborted (timeout, cancellation, lost lease): the engine already moved on
         if output is None and self._none_success is not None:
             self._report(lease_id, self._none_success)
             return
         if self._store is not None:
             try:
-                output = _Encoded(output, self._encode(output))
+                output = Encoded(output, self._encode(output))
             except Exception as err:
                 log.warning("the result of task %d cannot be stored (%s); it is not kept across restarts", ctx.id, err)
-                output = _Unstored(output)
+                output = Unstored(output)
         self._report(lease_id, Success(output))
 
     def _failed(self, lease_id: int, error: BaseException) -> None:
         ctx = self._running.pop(lease_id, None)
-        if ctx is None or ctx._cancelled:
+        if ctx is None or ctx.is_cancelled():
             if isinstance(error, KeyboardInterrupt | SystemExit):
                 raise error
             return
         if isinstance(error, Retryable):
-            outcome: Outcome = Failure(str(error), False, _retry_after(error.retry_after))
+            outcome: Outcome = Failure(str(error), False, retry_after_ns(error.retry_after))
         elif isinstance(error, Permanent):
             outcome = Failure(str(error) or "permanent failure", True)
         elif isinstance(error, asyncio.CancelledError):
@@ -1008,8 +701,7 @@ class Scheduler:
     def _apply_reports(self, core: Core, now: int) -> None:
         done = self._done
         self._done = []
-        for lease_id, outcome in done:
-            core.complete(now, lease_id, outcome)
+        core.complete_many(now, done)
 
     # Sink callbacks -------------------------------------------------------------------------------
 
@@ -1018,9 +710,8 @@ class Scheduler:
             ctx = self._running.pop(abort.lease_id, None)
             if ctx is None:
                 continue
-            ctx._cancelled = True
-            task = ctx._task
-            if task is not None and not task.done():
+            task = abort_attempt(ctx)
+            if task is not None:
                 task.cancel()
                 if self._closing:
                     self._unwinding.append(task)
@@ -1028,11 +719,11 @@ class Scheduler:
     def _resolve(self, results: Sequence[Resolve]) -> None:
         outputs = self._outputs
         handles = self._handles
-        streams = self._streams
+        events = self._events
         otel = self._otel
         for result in results:
             output = result.output
-            if type(output) is _Encoded or type(output) is _Unstored:
+            if type(output) is Encoded or type(output) is Unstored:
                 output = output.value
             if result.has_output:
                 outputs[result.id] = output
@@ -1048,24 +739,21 @@ class Scheduler:
                         if succeeded:
                             future.set_result(output)
                         else:
-                            _fail(
+                            fail(
                                 future,
                                 TaskFailed(result.status.value, result.message or result.status.value, result.id),
                             )
-            if streams:
-                event = _public_event(result)
-                for stream in streams:
-                    stream._push(event)
+            if events:
+                events.publish(result)
             if otel is not None:
                 otel.task_finished(result)
 
     def _publish(self, events: Sequence[EngineEvent]) -> None:
-        if not self._streams:
+        hub = self._events
+        if not hub:
             return
-        for engine_event in events:
-            event = _public_event(engine_event)
-            for stream in self._streams:
-                stream._push(event)
+        for event in events:
+            hub.publish(event)
 
     def _scale(self, scales: Sequence[Scale]) -> None:
         # In-process pools: capacity follows the autoscaler at once.
@@ -1078,26 +766,6 @@ class Scheduler:
 
 _Attached = tuple[int, bool, TaskStatus | None, str | None]
 """(task id, duplicate, terminal status or None while live, final message)."""
-
-
-async def _invoke(executor: Callable[..., Any], is_async: bool, ctx: TaskContext, payload: Any) -> Any:
-    if is_async:
-        return await executor(ctx, payload)
-    result = await asyncio.get_running_loop().run_in_executor(None, functools.partial(executor, ctx, payload))
-    if inspect.isawaitable(result):
-        result = await result
-    return result
-
-
-def _retry_after(value: object) -> int | None:
-    """The executor's retry_after hint in ns; a hint that is not a sane duration is ignored."""
-    if value is None:
-        return None
-    try:
-        return seconds_to_ns(value, "retry_after")  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        log.warning("ignoring an invalid retry_after hint: %r", value)
-        return None
 
 
 class _Sink:
@@ -1116,32 +784,6 @@ class _Sink:
 
 def _apply_capacity(pool: str, desired: int, core: Core, now: int) -> None:
     core.set_capacity(now, pool, desired)
-
-
-def _is_async(fn: Callable[..., Any]) -> bool:
-    target = fn
-    while isinstance(target, functools.partial):
-        target = target.func
-    if inspect.iscoroutinefunction(target):
-        return True
-    call = getattr(target, "__call__", None)  # noqa: B004 - callable objects with async __call__
-    return call is not None and inspect.iscoroutinefunction(call)
-
-
-def _capacity(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"capacity must be an int, not {type(value).__name__}")
-    if isinstance(value, float) and not value.is_integer():
-        raise ValueError(f"capacity must be a whole number, not {value!r}")
-    slots = int(value)
-    if not 0 <= slots <= MAX_COUNT:
-        raise ValueError(f"capacity must be between 0 and {MAX_COUNT}, not {slots}")
-    return slots
-
-
-def _check_ref(target: object) -> None:
-    if isinstance(target, bool) or not isinstance(target, int | str):
-        raise TypeError("a task is named by its id (int) or key (str)")
 
 
 __all__ = ["CronoqError", "EventStream", "Scheduler", "StatusEvent", "TaskContext", "TaskHandle"]

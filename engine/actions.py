@@ -194,7 +194,7 @@ class StepOutput:
 # Recovery input for Core.restore()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RecoveredTask:
     record: TaskRecord
     status: TaskStatus

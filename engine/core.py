@@ -37,6 +37,7 @@ from .state import (
     Task,
 )
 from .types import (
+    AdmissionError,
     EngineFault,
     Outcome,
     RecurringSpec,
@@ -140,6 +141,12 @@ class Core:
         """Admit one task, or raise AdmissionError. A known key returns the existing task."""
         return self._intake.submit(now, spec)
 
+    def submit_many(self, now: int, specs: Iterable[TaskSpec]) -> list[Submitted | AdmissionError]:
+        """``submit`` for each spec in order, in one call (not atomic, unlike ``submit_batch``):
+        each answer is what that ``submit`` would return, or the AdmissionError it would raise,
+        with the spec's index."""
+        return self._intake.submit_many(now, specs)
+
     def submit_batch(self, now: int, specs: Sequence[TaskSpec]) -> list[Submitted]:
         """Admit every task or none; errors name the offending index."""
         return self._intake.submit_batch(now, specs)
@@ -212,6 +219,10 @@ class Core:
         """Report the outcome of an attempt. Stale reports change nothing and return False."""
         return self._outcomes.complete(now, lease_id, outcome)
 
+    def complete_many(self, now: int, reports: Iterable[tuple[int, Outcome]]) -> list[bool]:
+        """``complete`` for each (lease id, outcome) in order, in one call; the answers in order."""
+        return self._outcomes.complete_many(now, reports)
+
     def heartbeat(self, now: int, lease_id: int) -> bool:
         return self._outcomes.heartbeat(now, lease_id)
 
@@ -250,6 +261,21 @@ class Core:
 
     def set_group_capacity(self, now: int, pool_name: str, labels: Mapping[str, str], capacity: int) -> None:
         self._capacity.set_group_capacity(now, pool_name, labels, capacity)
+
+    def withhold(self, pool_name: str, withheld: bool = True) -> None:
+        """Start no attempt of pool ``pool_name`` while ``withheld`` (its running attempts go on and
+        end as usual; tasks are still admitted and wait). A pool moving to another shard drains
+        this way (docs/pool-moves.md), so that no attempt of it is running when it is handed over."""
+        pool = self._pools[pool_name]
+        if withheld:
+            self._dispatcher.withheld.add(pool)
+        elif pool in self._dispatcher.withheld:
+            self._dispatcher.withheld.discard(pool)
+            self._dispatcher.mark_dirty(pool)
+
+    def running_in(self, pool_name: str) -> int:
+        """How many attempts of pool ``pool_name`` are running."""
+        return self._pools[pool_name].busy
 
     # ------------------------------------------------------------------------------------------
     # Recurring schedules

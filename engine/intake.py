@@ -7,7 +7,7 @@ sheds to make room (a submission that would be refused anyway never sheds).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Final
 
 from . import admission
@@ -109,6 +109,20 @@ class Intake:
                 self._outcomes.finish(victim, _SHED, now, f"shed to admit a {spec.priority.label} task")
         task = self.create(now, pool, spec, resolved, interval)
         return Submitted(task.id, False)
+
+    def submit_many(self, now: int, specs: Iterable[TaskSpec]) -> list[Submitted | AdmissionError]:
+        """Admit each task on its own, in order, exactly as one ``submit`` call per task would: a
+        refused task does not stop the others, its AdmissionError (naming its index) takes its
+        place in the answer. One call per batch instead of one per task."""
+        results: list[Submitted | AdmissionError] = []
+        append = results.append
+        submit = self.submit
+        for index, spec in enumerate(specs):
+            try:
+                append(submit(now, spec))
+            except AdmissionError as error:
+                append(error.at(index))
+        return results
 
     # Batches ------------------------------------------------------------------------------------
 

@@ -130,6 +130,11 @@ class Outcomes:
             raise EngineFault.wrap(error, task_id=task.id) from error
         return True
 
+    def complete_many(self, now: int, reports: Iterable[tuple[int, Outcome]]) -> list[bool]:
+        """``complete`` for each (lease id, outcome) in order, in one call."""
+        complete = self.complete
+        return [complete(now, lease_id, outcome) for lease_id, outcome in reports]
+
     def on_timeout(self, lease: LeaseState, now: int) -> None:
         """The attempt ran past its task's timeout: stop it and fail the attempt."""
         task = lease.task

@@ -294,7 +294,7 @@ def run_takeover(store_kind: str, live: int, workdir: str) -> None:
         os.kill(leader.proc.pid, signal.SIGKILL)
         dispatched = float(standby.wait_for("DISPATCH", 120)[0])
         acquired = float(standby.events["ACQUIRED"][0])
-        recovered_at, recover_s, recovered_tasks = standby.events["RECOVERED"]
+        recovered_at, recover_s, recovered_tasks = standby.events["RECOVERED"][:3]
         emit(
             case=f"takeover_{live}",
             store=store_kind,

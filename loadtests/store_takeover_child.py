@@ -12,11 +12,15 @@ Every line on stdout is ``<EVENT> <unix time> [details]``, flushed at once:
 * ``LEADER <t> <epoch>``: the leader leads; ``READY <t> <n>``: it acknowledged all N tasks.
 * ``STANDBY <t>``: the standby is up and competing for leadership.
 * ``ACQUIRED <t>``: the standby's store granted it leadership.
-* ``RECOVERED <t> <seconds> <tasks>``: its ``recover()`` returned (its duration, tasks read).
-* ``SERVING <t>``: it leads, has restored the shard and accepts calls.
+* ``RECOVERED <t> <seconds> <tasks> <cpu seconds>``: its ``recover()`` returned (its duration,
+  tasks read, and the CPU time this process spent meanwhile, all threads).
+* ``SERVING <t> <cpu seconds>``: it leads, has restored the shard and accepts calls (CPU time
+  spent since recovery ended). On a shared machine CPU times tell the work done where wall
+  times also count the waits for a core.
 * ``DISPATCH <t>``: its executor started the first attempt (a task it submits itself once it
   serves, if the backlog is empty).
-* ``PEAK <t> <bytes>``: (``--serve``) the process's peak resident set size so far (``VmHWM``).
+* ``PEAK <t> <bytes> <bytes>``: (``--serve``) the process's peak resident set size so far
+  (``VmHWM``), then its resident set once the takeover's garbage is collected (``VmRSS``).
 
 The leader's pool has no slots, so every task stays live (Ready) until the standby takes over.
 Lease and poll settings are short, and printed by the parent with the results.
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import sys
 import time
 from typing import Any
@@ -37,6 +42,7 @@ import cronoq
 LOCK_POLL = 0.1  # how often a standby tries to take leadership (both stores)
 SQLITE_LEASE_TTL = 2.0  # a dead SQLite leader's lease runs out after at most this long
 SQLITE_LEASE_RENEW = 0.5
+RECOVERED_CPU = [0.0]  # process CPU time when recovery returned
 
 
 def say(event: str, *details: object) -> None:
@@ -44,12 +50,13 @@ def say(event: str, *details: object) -> None:
     sys.stdout.flush()
 
 
-def peak_rss() -> int:
-    """This process's peak resident set size in bytes (``VmHWM``; 0 where /proc has none)."""
+def resident(field: str = "VmHWM") -> int:
+    """This process's peak (``VmHWM``) or current (``VmRSS``) resident set size in bytes (0
+    where /proc has none)."""
     try:
         with open("/proc/self/status") as status:
             for line in status:
-                if line.startswith("VmHWM:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
@@ -88,9 +95,11 @@ def open_store(spec: str, timed: bool, leadership: dict[str, float] | None = Non
             return epoch
 
         async def recover(self, now: int, retention: int | None = None) -> Recovered:
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
             result: Recovered = await super().recover(now, retention)
-            say("RECOVERED", f"{time.perf_counter() - started:.6f}", len(result.tasks))
+            spent = time.process_time() - cpu
+            say("RECOVERED", f"{time.perf_counter() - started:.6f}", len(result.tasks), f"{spent:.6f}")
+            RECOVERED_CPU[0] = time.process_time()
             return result
 
     return Timed(*args, **kw)
@@ -125,11 +134,12 @@ async def stand_by(store_spec: str, serve: bool, leadership: dict[str, float]) -
     sched = cronoq.Scheduler([pool], store=open_store(store_spec, True, leadership))
     say("STANDBY")
     await sched.start()  # returns once this process leads and has restored the shard
-    say("SERVING")
+    say("SERVING", f"{time.process_time() - RECOVERED_CPU[0]:.6f}")
     await sched.submit(-1)  # a task of its own, behind the backlog (the only one if none)
     await first.wait()
     if serve:
-        say("PEAK", peak_rss())
+        gc.collect()  # what the shard keeps, without the garbage of the takeover
+        say("PEAK", resident(), resident("VmRSS"))
         await forever.wait()  # until killed
     await sched.shutdown(0.5)
 

@@ -13,8 +13,11 @@ Figures (the unit is in each name): ``takeover_ms`` from the fault until the new
 (it leads, has restored the shard and accepts calls); ``first_dispatch_ms`` until its executor
 starts its first attempt (with no backlog, of a task it submits then); ``acquire_ms`` until its
 store granted leadership; ``recover_ms`` its ``store.recover()``; ``restore_ms`` from the end of
-recovery until it serves (engine restore); ``peak_rss_mib`` the new leader's
-peak resident set (``VmHWM``) once it serves; ``recovered_tasks``. The leadership settings are the
+recovery until it serves (engine restore); ``recover_cpu_ms`` and ``restore_cpu_ms`` the CPU
+time the new leader spent in those two (on a busy machine wall times also count the waits for a
+core, CPU times only the work); ``peak_rss_mib`` the new leader's
+peak resident set (``VmHWM``) once it serves, ``rss_mib`` its resident set then, after a garbage
+collection (memory the allocator freed but kept counts too); ``recovered_tasks``. The leadership settings are the
 store's defaults unless given (``lock_poll_s``, ``lease_ttl_s`` and ``lease_renew_s`` are printed).
 
 Case ``engine_memory_<n>``: bytes per pending no-payload task in the engine, in this process:
@@ -62,11 +65,12 @@ def standby(spec: str, leadership: dict[str, float]) -> Child:
 
 
 def measure(case: str, live: int, fault_at: float, child: Child, leadership: dict[str, float], **extra: Any) -> None:
-    serving = float(child.wait_for("SERVING", 600)[0])
+    serving_at, restore_cpu = child.wait_for("SERVING", 600)[:2]
+    serving = float(serving_at)
     dispatched = float(child.wait_for("DISPATCH", 60)[0])
     child.wait_for("PEAK", 60)
     acquired = float(child.events["ACQUIRED"][0])
-    recovered_at, recover_s, recovered_tasks = child.events["RECOVERED"]
+    recovered_at, recover_s, recovered_tasks, recover_cpu = child.events["RECOVERED"]
     emit(
         case=case,
         store="postgres",
@@ -77,7 +81,10 @@ def measure(case: str, live: int, fault_at: float, child: Child, leadership: dic
         acquire_ms=round((acquired - fault_at) * 1000),
         recover_ms=round(float(recover_s) * 1000),
         restore_ms=round((serving - float(recovered_at)) * 1000),
+        recover_cpu_ms=round(float(recover_cpu) * 1000),
+        restore_cpu_ms=round(float(restore_cpu) * 1000),
         peak_rss_mib=round(int(child.events["PEAK"][1]) / MIB, 1),
+        rss_mib=round(int(child.events["PEAK"][2]) / MIB, 1),
         lock_poll_s=leadership["lock_poll"],
         lease_ttl_s=leadership["lease_ttl"],
         lease_renew_s=leadership["lease_renew"],

@@ -91,29 +91,26 @@ async def pages(
     ask: Callable[[Any, int, int], Awaitable[pb.ListTasksResponse | None]],
 ) -> pb.ListTasksResponse:
     """One page of a listing over every shard, in id order (newest first: the reverse), with one
-    cursor. Task ids carry their shard's number in their top bits, so the shards are walked in
-    number order from the cursor's shard, each asked for what the page still lacks.
+    cursor. An id's top bits name the shard that created it, not the one holding it (a moved
+    pool's tasks keep their ids), so every shard is asked for a page from the cursor, together,
+    and the pages are merged by id.
 
-    ``shards`` are the shards the listing concerns, in number order, each with ``number`` and
-    ``name``; ``ask(shard, cursor, remaining)`` answers that shard's page, or None when the shard
-    could not be asked (it is then named in ``unavailable_shards``)."""
-    ordered = list(reversed(shards)) if newest_first else list(shards)
-    start = after >> SHARD_BITS
+    ``shards`` are the shards the listing concerns, each with ``name``; ``ask(shard, cursor,
+    limit)`` answers that shard's page, or None when the shard could not be asked (it is then
+    named in ``unavailable_shards``)."""
+    parts = await asyncio.gather(*(ask(shard, after, limit) for shard in shards))
     page = pb.ListTasksResponse()
-    for shard in ordered:
-        if after and (shard.number > start if newest_first else shard.number < start):
-            continue
-        remaining = limit - len(page.tasks)
-        if remaining <= 0:
-            page.next_after = page.tasks[-1].id
-            break
-        part = await ask(shard, after if after and shard.number == start else 0, remaining)
+    merged: list[pb.TaskInfo] = []
+    more = False
+    for shard, part in zip(shards, parts, strict=True):
         if part is None:
             page.unavailable_shards.append(shard.name)
             continue
-        page.tasks.extend(part.tasks)
+        merged.extend(part.tasks)
         page.unavailable_shards.extend(part.unavailable_shards)
-        if part.next_after:
-            page.next_after = part.next_after
-            break
+        more = more or bool(part.next_after)
+    merged.sort(key=lambda info: info.id, reverse=newest_first)
+    page.tasks.extend(merged[:limit])
+    if page.tasks and (more or len(merged) > limit):
+        page.next_after = page.tasks[-1].id
     return page

@@ -4,9 +4,10 @@
 ``(principal, request message) -> response message``) and sits in front of it. A call that concerns
 only this node's shard goes to the local API unchanged; work for another shard is forwarded to that
 shard's endpoint as the same ``cronoq.v1`` request, carrying the caller's own ``authorization`` and
-marked forwarded so the receiving node answers it itself and never forwards it again. Unary calls
-travel over one Forward stream per peer (``forward``), watches as their own gRPC calls; a forwarded
-call not answered in time is DEADLINE_EXCEEDED, one whose peer could not be reached UNAVAILABLE.
+marked forwarded so the receiving node answers it itself and never forwards it again. The calls on
+peers are made by ``calls.PeerCalls``: unary calls travel over one Forward stream per peer
+(``forward``), watches as their own gRPC calls; a forwarded call not answered in time is
+DEADLINE_EXCEEDED, one whose peer could not be reached UNAVAILABLE.
 
 - Submissions, batches and new schedules go to the shard of their pool (a batch must stay in one).
   Concurrent Submits for one shard with the same credentials may travel together as one SubmitBatch
@@ -45,18 +46,9 @@ from cronoq.proto import console_pb2_grpc as cpbg
 from cronoq.proto import cronoq_pb2 as pb
 
 from . import merge
-from .coalesce import Route, SubmitCoalescer
+from .calls import MISSING, PEER_READ_TIMEOUT_S, Caller, PeerCalls, remote_events, status_of
 from .errors import RouteError
-from .forward import (
-    FORWARD_METHODS,
-    FORWARDED,
-    ForwardStreams,
-    ForwardUnsupported,
-    OpenRefused,
-    StreamLost,
-    method_path,
-    status_code,
-)
+from .forward import FORWARDED
 
 __all__ = ["FORWARDED", "UNAVAILABLE_SHARDS_KEY", "Caller", "LocalApi", "Router", "collect_unavailable"]
 
@@ -65,21 +57,12 @@ UNAVAILABLE_SHARDS_KEY = "cronoq-unavailable-shards"
 
 SHARD_BITS = 56
 """Task ids carry their shard's number above this bit."""
-PEER_READ_TIMEOUT_S = 5.0
-"""Longest a fan-out read waits for one shard before naming it unavailable."""
 REPLICA_TIMEOUT_S = 2.0
 """Longest the leader waits for one of its replicas to describe itself (then: unavailable)."""
-COALESCE_MAX_TASKS = 256
-"""Most forwarded Submits sent together as one SubmitBatch (see ``coalesce``)."""
-COALESCE_CALLS_PER_LANE = 1
-"""Forwarded Submit calls in flight per (shard, credentials) before later ones wait to be batched
-(one measured best: more calls in flight make smaller batches, which cost both nodes more CPU)."""
 
 _unavailable: ContextVar[list[str] | None] = ContextVar("cronoq_unavailable_shards", default=None)
 
 Status = grpc.StatusCode
-_MISSING = frozenset({Status.UNAVAILABLE, Status.DEADLINE_EXCEEDED, Status.CANCELLED})
-"""Statuses that mean "this shard could not answer" rather than "it answered no"."""
 
 
 @contextlib.contextmanager
@@ -103,20 +86,6 @@ def _note_unavailable(names: Iterable[str]) -> None:
 _Answers = list[tuple[ShardSection, Any]]
 _R = TypeVar("_R")
 """Per shard that answered: the shard and its answer."""
-
-
-class Caller(Protocol):
-    """What the router needs of an authenticated caller (``cronoq.server.auth.Principal``)."""
-
-    @property
-    def authorization(self) -> str | None: ...
-    @property
-    def certificate(self) -> bool: ...
-    @property
-    def forwarded(self) -> bool: ...
-
-    def require(self, *roles: Role) -> None: ...
-    def sees(self, pool: str) -> bool: ...
 
 
 class LocalApi(Protocol):
@@ -150,17 +119,6 @@ class LocalApi(Protocol):
     def resume_schedule(self, principal: Any, request: cpb.ScheduleRequest) -> Awaitable[cpb.ScheduleResponse]: ...
 
 
-def status_of(exc: BaseException) -> grpc.StatusCode | None:
-    """The gRPC status an error stands for: ``RouteError``, a peer's ``AioRpcError``, or any error
-    with a ``status`` attribute (the server's ``ApiError``)."""
-    if isinstance(exc, RouteError):
-        return exc.code
-    if isinstance(exc, grpc.aio.AioRpcError):
-        return exc.code()
-    status = getattr(exc, "status", None)
-    return status if isinstance(status, grpc.StatusCode) else None
-
-
 class Router:
     """Routes every call of the API between this node's shard and its peers."""
 
@@ -177,28 +135,16 @@ class Router:
         local_shard = config.local_shard()
         self.local_name = local_shard.name if local_shard is not None else ""
         self.peers = PeerChannels(config)
-        self.streams = ForwardStreams(self.limits.max_message_bytes)
+        # Every call on a peer, within what is left of the caller's deadline (``time_left``): a
+        # forwarded call carries no more than that, so its shard stops when the caller does.
+        self.calls = PeerCalls(self.peers, self.limits, traceparent=traceparent, time_left=time_left)
         self._all_pools = frozenset(pool.name for pool in config.pools)
         self._by_number = {shard.number: shard for shard in config.shards}
         self._by_name = {shard.name: shard for shard in config.shards}
         self._ordered = sorted(config.shards, key=lambda shard: shard.number)
-        self._traceparent = traceparent
-        # What is left of the time the caller of the call being routed waits (its deadline);
-        # a forwarded call carries no more than that, so its shard stops when the caller does.
-        self._time_left = time_left
-        self._console_stubs: dict[int, tuple[Any, Any]] = {}  # per peer channel
-        self._coalescer = SubmitCoalescer(
-            max_tasks=min(self.limits.max_tasks_per_batch, COALESCE_MAX_TASKS),
-            max_bytes=self.limits.max_message_bytes // 2,
-            status_of=status_of,
-            send_one=self._forward_submit,
-            send_batch=self._forward_submit_batch,
-            calls_per_lane=COALESCE_CALLS_PER_LANE,
-        )
 
     async def close(self) -> None:
-        await self._coalescer.close()
-        await self.streams.close()
+        await self.calls.close()
         await self.peers.close()
 
     # ------------------------------------------------------------------------------ decisions
@@ -220,20 +166,32 @@ class Router:
 
     def _learned(self, exc: Exception) -> bool:
         """Whether ``exc`` is a refusal of a call routed on an old placement that named a newer
-        one (now cached): the call is then worth one more try."""
+        one (now cached): the call is then worth one more try. Calls refused together (a shared
+        SubmitBatch, or several at once) all retry, not only the one that taught the cache."""
         if not isinstance(exc, RouteError) or exc.code is not Status.FAILED_PRECONDITION:
             return False
         found = stale_placement(exc.metadata)
-        return found is not None and self.topology.learn(*found)
+        if found is None:
+            return False
+        pool, placement = found
+        return self.topology.learn(pool, placement) or self.topology.placement(pool) == placement
 
     async def _retrying(self, call: Callable[[], Awaitable[_R]]) -> _R:
-        """``call``, and once more if it was refused as routed on an old placement."""
+        """``call``, and once more if it was refused as routed on an old placement. Refused so
+        again, the pool is changing shards right now (the two shards' records have not both
+        caught up): UNAVAILABLE, which clients retry, rather than a refusal they would not."""
         try:
             return await call()
         except RouteError as exc:
             if not self._learned(exc):
                 raise
-        return await call()
+        try:
+            return await call()
+        except RouteError as exc:
+            found = stale_placement(exc.metadata) if exc.code is Status.FAILED_PRECONDITION else None
+            if found is None:
+                raise
+            raise RouteError(Status.UNAVAILABLE, f"pool {found[0]!r} is changing shards; retry shortly") from None
 
     def _peer_for(self, caller: Caller, shard: ShardSection, what: str) -> Peer | None:
         """Where a call about ``shard`` goes: None for this node, else the peer to forward to.
@@ -281,79 +239,6 @@ class Router:
         peer = self.peers.peer(shard.name)
         return peer if peer.refusal is None else None
 
-    def _within_deadline(self, timeout: float) -> float:
-        left = self._time_left() if self._time_left is not None else None
-        return timeout if left is None else min(timeout, left)
-
-    def _current_trace(self) -> str | None:
-        return self._traceparent() if self._traceparent is not None else None
-
-    def _metadata(self, caller: Caller, traceparent: str | None) -> list[tuple[str, str]]:
-        metadata = [(FORWARDED, "1")]
-        if caller.authorization:
-            metadata.append(("authorization", caller.authorization))
-        if traceparent:
-            metadata.append(("traceparent", traceparent))
-        return metadata
-
-    async def _forward(self, peer: Peer, service: str, method: str, request: Any, caller: Caller,
-                       timeout: float, *, callers_deadline: bool = True) -> Any:  # fmt: skip
-        """One unary call answered by ``peer``: over its Forward stream, or a unary gRPC call to a
-        peer without one (an older version), within what is left of the caller's deadline."""
-        if callers_deadline:  # not for the coalescer's calls, which carry several callers' Submits
-            timeout = self._within_deadline(timeout)
-        traceparent = self._current_trace()
-        if service == "console":
-            return await self._forward_console(peer, method, request, caller, timeout, traceparent)
-        if self.streams.supported(peer.name):
-            path = method_path(service, method)
-            try:
-                reply = await self.streams.call(peer, path, request, caller.authorization, traceparent, timeout)
-            except ForwardUnsupported:
-                pass  # nothing was sent: the unary call below
-            except OpenRefused as refused:
-                raise _reply_error(peer, refused.code, refused.details, refused.metadata) from None
-            except StreamLost as exc:
-                raise RouteError(Status.UNAVAILABLE, f"shard {peer.name!r} is unavailable ({exc})") from None
-            except TimeoutError:
-                raise _no_answer(peer, timeout) from None
-            else:
-                if reply.code == 0:
-                    return FORWARD_METHODS[path].response.FromString(reply.response)
-                raise _reply_error(peer, status_code(reply.code), reply.message, reply.metadata.items())
-        stub = peer.tasks if service == "tasks" else peer.admin
-        try:
-            return await getattr(stub, method)(request, metadata=self._metadata(caller, traceparent), timeout=timeout)
-        except grpc.aio.AioRpcError as exc:
-            if exc.code() is Status.DEADLINE_EXCEEDED and exc.details() in ("", "Deadline Exceeded"):
-                raise _no_answer(peer, timeout) from None  # gRPC's own deadline, not the shard's answer
-            raise _peer_error(peer, exc) from None
-
-    async def _forward_console(self, peer: Peer, method: str, request: Any, caller: Caller, timeout: float,
-                               traceparent: str | None) -> Any:  # fmt: skip
-        """A ``cronoq.console.v1`` call on ``peer`` (a unary gRPC call: the Forward stream carries cronoq.v1 only)."""
-        channel = peer.channel
-        stub = self._console_stubs.get(id(channel))
-        if stub is None or stub[0] is not channel:
-            stub = self._console_stubs[id(channel)] = (channel, cpbg.ConsoleStub(channel))  # type: ignore[no-untyped-call]
-        try:
-            return await getattr(stub[1], method)(request, metadata=self._metadata(caller, traceparent),
-                                                  timeout=timeout)  # fmt: skip
-        except grpc.aio.AioRpcError as exc:
-            raise _peer_error(peer, exc) from None
-
-    async def _forward_submit(self, route: Route, request: pb.SubmitRequest) -> pb.SubmitResponse:
-        peer, caller, timeout = route.target
-        response: pb.SubmitResponse = await self._forward(peer, "tasks", "Submit", request, caller, timeout,
-                                                          callers_deadline=False)  # fmt: skip
-        return response
-
-    async def _forward_submit_batch(self, route: Route, batch: pb.SubmitBatchRequest) -> pb.SubmitBatchResponse:
-        peer, caller, timeout = route.target
-        response: pb.SubmitBatchResponse = await self._forward(peer, "tasks", "SubmitBatch", batch, caller, timeout,
-                                                               callers_deadline=False)  # fmt: skip
-        return response
-
     def _wait_timeout(self, requested: float | None) -> float:
         cap = self.limits.max_wait_s
         wait = cap if requested is None or requested != requested else max(0.0, min(requested, cap))
@@ -375,13 +260,8 @@ class Router:
         if request.wait:
             timeout = self._wait_timeout(request.wait_timeout_s if request.HasField("wait_timeout_s") else None)
         else:
-            timeout = self._within_deadline(timeout)
-        if not request.wait and self._current_trace() is None:
-            # Without a trace to continue, concurrent Submits to one shard may share a call.
-            route = Route(peer.name, caller.authorization, (peer, caller, timeout))
-            return await self._coalescer.submit(route, request)
-        response: pb.SubmitResponse = await self._forward(peer, "tasks", "Submit", request, caller, timeout)
-        return response
+            timeout = self.calls.within_deadline(timeout)
+        return await self.calls.submit(peer, request, caller, timeout)
 
     async def submit_batch(self, caller: Caller, request: pb.SubmitBatchRequest) -> pb.SubmitBatchResponse:
         if self._local_only(caller) or not request.tasks:
@@ -406,7 +286,7 @@ class Router:
         peer = self._peer_for(caller, shard, "this batch")
         if peer is None:
             return await self.local.submit_batch(caller, request)
-        response: pb.SubmitBatchResponse = await self._forward(
+        response: pb.SubmitBatchResponse = await self.calls.call(
             peer, "tasks", "SubmitBatch", request, caller, self.limits.request_timeout_s
         )
         return response
@@ -423,7 +303,7 @@ class Router:
             return found
         return await self._at_task_shard(
             caller, request.task.id, partial(self.local.get, caller, request),
-            lambda peer: self._forward(peer, "tasks", "Get", request, caller, self.limits.request_timeout_s),
+            lambda peer: self.calls.call(peer, "tasks", "Get", request, caller, self.limits.request_timeout_s),
         )  # fmt: skip
 
     async def _at_task_shard(self, caller: Caller, task_id: int, local: Callable[[], Awaitable[_R]],
@@ -458,11 +338,11 @@ class Router:
         else:
             return await self._at_task_shard(
                 caller, request.task.id, partial(self.local.wait, caller, request),
-                lambda peer: self._forward(peer, "tasks", "Wait", request, caller, timeout),
+                lambda peer: self.calls.call(peer, "tasks", "Wait", request, caller, timeout),
             )  # fmt: skip
         if peer is None:
             return await self.local.wait(caller, request)
-        result: pb.TaskResult = await self._forward(peer, "tasks", "Wait", request, caller, timeout)
+        result: pb.TaskResult = await self.calls.call(peer, "tasks", "Wait", request, caller, timeout)
         return result
 
     async def cancel(self, caller: Caller, request: pb.CancelRequest) -> pb.CancelResponse:
@@ -476,11 +356,11 @@ class Router:
         else:
             return await self._at_task_shard(
                 caller, request.task.id, partial(self.local.cancel, caller, request),
-                lambda peer: self._forward(peer, "tasks", "Cancel", request, caller, self.limits.request_timeout_s),
+                lambda peer: self.calls.call(peer, "tasks", "Cancel", request, caller, self.limits.request_timeout_s),
             )  # fmt: skip
         if peer is None:
             return await self.local.cancel(caller, request)
-        response: pb.CancelResponse = await self._forward(peer, "tasks", "Cancel", request, caller,
+        response: pb.CancelResponse = await self.calls.call(peer, "tasks", "Cancel", request, caller,
                                                           self.limits.request_timeout_s)  # fmt: skip
         return response
 
@@ -490,7 +370,7 @@ class Router:
         answers, missing = await self._fan_out(
             caller,
             lambda: self.local.get(caller, request),
-            lambda peer: self._forward(peer, "tasks", "Get", request, caller, PEER_READ_TIMEOUT_S),
+            lambda peer: self.calls.call(peer, "tasks", "Get", request, caller, PEER_READ_TIMEOUT_S),
             absent=Status.NOT_FOUND,
         )
         found = [(shard, info) for shard, info in answers if info is not None]
@@ -540,7 +420,7 @@ class Router:
                 if status is not None and status == absent:
                     answers.append((shard, None))
                     continue
-                if status in _MISSING:
+                if status in MISSING:
                     missing.append(shard.name)
                     continue
                 raise result
@@ -611,12 +491,12 @@ class Router:
         else:
             return await self._at_task_shard(
                 caller, request.task.id, partial(self.local.task_detail, caller, request),
-                lambda peer: self._forward(peer, "console", "GetTaskDetail", request, caller,
+                lambda peer: self.calls.call(peer, "console", "GetTaskDetail", request, caller,
                                            self.limits.request_timeout_s),
             )  # fmt: skip
         if peer is None:
             return await self.local.task_detail(caller, request)
-        detail: cpb.TaskDetail = await self._forward(peer, "console", "GetTaskDetail", request, caller,
+        detail: cpb.TaskDetail = await self.calls.call(peer, "console", "GetTaskDetail", request, caller,
                                                      self.limits.request_timeout_s)  # fmt: skip
         return detail
 
@@ -627,16 +507,16 @@ class Router:
             try:
                 return await local()
             except Exception as exc:
-                if status_of(exc) in _MISSING:
+                if status_of(exc) in MISSING:
                     raise _Unreachable from exc
                 raise
         peer = self._reachable(caller, shard)
         if peer is None:
             raise _Unreachable
         try:
-            return await self._forward(peer, service, method, request, caller, PEER_READ_TIMEOUT_S)
+            return await self.calls.call(peer, service, method, request, caller, PEER_READ_TIMEOUT_S)
         except RouteError as exc:
-            if exc.code in _MISSING:
+            if exc.code in MISSING:
                 raise _Unreachable from exc
             raise
 
@@ -653,10 +533,13 @@ class Router:
         sources: list[AsyncIterator[pb.StatusEvent]] = []
         calls: list[Any] = []
         missing: list[str] = []
+        # Once a pool has moved, an id's shard bits name where the task was created, not where
+        # it is: every shard watches for every id.
+        moved = any(placement.version > 1 for placement in self.topology.placements().values())
         try:
             for shard in self._ordered:
                 pools = [pool for pool in self._pools_of(shard) if pool in wanted]
-                ids = [task_id for task_id in request.ids if task_id >> SHARD_BITS == shard.number]
+                ids = [task_id for task_id in request.ids if moved or task_id >> SHARD_BITS == shard.number]
                 if (wanted and not pools) or (request.ids and not ids and not request.keys):
                     continue
                 if not self._concerns(caller, shard):
@@ -666,12 +549,12 @@ class Router:
                     sources.append(await self.local.watch(caller, sub))
                     continue
                 peer = self._reachable(caller, shard)
-                call = None if peer is None else await self._open_watch(peer, sub, caller)
+                call = None if peer is None else await self.calls.open_watch(peer, sub, caller)
                 if call is None:
                     missing.append(shard.name)
                     continue
                 calls.append(call)
-                sources.append(_remote_events(peer, call))  # type: ignore[arg-type]
+                sources.append(remote_events(peer, call))  # type: ignore[arg-type]
         except BaseException:
             for call in calls:
                 call.cancel()
@@ -681,27 +564,6 @@ class Router:
             raise
         _note_unavailable(missing)
         return merge.streams(sources)
-
-    async def _open_watch(self, peer: Peer, request: pb.WatchRequest, caller: Caller) -> Any:
-        """A peer's Watch call once the peer confirmed the subscription (our servers send their
-        initial metadata right after subscribing); None when the peer cannot be reached."""
-        call = peer.tasks.Watch(request, metadata=self._metadata(caller, self._current_trace()))
-        try:
-            await asyncio.wait_for(call.initial_metadata(), PEER_READ_TIMEOUT_S)
-        except TimeoutError:
-            call.cancel()
-            return None
-        except grpc.aio.AioRpcError as exc:
-            if exc.code() in _MISSING:
-                return None
-            raise _peer_error(peer, exc) from None
-        if call.done():
-            code = await call.code()
-            if code in _MISSING:
-                return None
-            if code != Status.OK:
-                raise RouteError(code, await call.details() or "watch refused")
-        return call
 
     # ------------------------------------------------------------------------------ Admin
 
@@ -741,7 +603,7 @@ class Router:
         answers, missing = await self._fan_out(
             caller,
             lambda: local(caller, pb.Empty()),
-            lambda peer: self._forward(peer, service, method, pb.Empty(), caller, PEER_READ_TIMEOUT_S),
+            lambda peer: self.calls.call(peer, service, method, pb.Empty(), caller, PEER_READ_TIMEOUT_S),
         )
         parts = [answer for _, answer in answers]
         for part in parts:
@@ -760,7 +622,7 @@ class Router:
         peer = self._peer_for_spec(caller, request.template)
         if peer is None:
             return await self.local.add_recurring(caller, request)
-        response: pb.Empty = await self._forward(peer, "admin", "AddRecurring", request, caller,
+        response: pb.Empty = await self.calls.call(peer, "admin", "AddRecurring", request, caller,
                                                  self.limits.request_timeout_s)  # fmt: skip
         return response
 
@@ -780,7 +642,7 @@ class Router:
         answers, missing = await self._fan_out(
             caller,
             lambda: local(caller, request),
-            lambda peer: self._forward(peer, service, method, request, caller, self.limits.request_timeout_s),
+            lambda peer: self.calls.call(peer, service, method, request, caller, self.limits.request_timeout_s),
         )
         found = any(done(answer) for _, answer in answers)
         if not found and missing:
@@ -818,7 +680,7 @@ class Router:
             return unavailable
         try:
             info: cpb.ReplicaInfo = await cpbg.ConsoleStub(channel).DescribeReplica(  # type: ignore[no-untyped-call]
-                pb.Empty(), metadata=self._metadata(caller, None), timeout=REPLICA_TIMEOUT_S
+                pb.Empty(), metadata=self.calls.metadata(caller, None), timeout=REPLICA_TIMEOUT_S
             )
         except grpc.aio.AioRpcError as exc:
             if exc.code() is Status.UNAVAILABLE:
@@ -866,7 +728,7 @@ class Router:
             peer = self._peer_for(caller, self._shard_of_pool(pool), f"pool {pool!r}")
             if peer is None:
                 return await local(caller, request)
-            answer: _R = await self._forward(peer, "console", method, request, caller, self.limits.request_timeout_s)
+            answer: _R = await self.calls.call(peer, "console", method, request, caller, self.limits.request_timeout_s)
             return answer
 
         return await self._retrying(once)
@@ -906,38 +768,6 @@ def _with_id(request: pb.WaitRequest, task_id: int) -> pb.WaitRequest:
     if request.HasField("timeout_s"):
         out.timeout_s = request.timeout_s
     return out
-
-
-def _peer_error(peer: Peer, exc: grpc.aio.AioRpcError) -> RouteError:
-    """A peer's failure as this node's answer (see ``_reply_error``)."""
-    return _reply_error(peer, exc.code(), exc.details() or "", exc.trailing_metadata() or ())
-
-
-def _no_answer(peer: Peer, timeout: float) -> RouteError:
-    """A forwarded call that ran out of time without the shard's answer: what a direct call with
-    that deadline would get."""
-    return RouteError(Status.DEADLINE_EXCEEDED, f"shard {peer.name!r} did not answer within {timeout:g} s")
-
-
-def _reply_error(peer: Peer, code: grpc.StatusCode, details: str, metadata: Any) -> RouteError:
-    """A peer's failure as this node's answer: its own status and message, or, when it could not
-    be reached, UNAVAILABLE naming the shard."""
-    shard_metadata = tuple((str(key), value) for key, value in metadata
-                           if isinstance(value, str) and key.startswith("cronoq-"))  # fmt: skip
-    if code is Status.UNAVAILABLE and not details.startswith("not the leader"):
-        return RouteError(Status.UNAVAILABLE, f"shard {peer.name!r} is unavailable ({details or code.name.lower()})",
-                          shard_metadata)  # fmt: skip
-    return RouteError(code, details or code.name.lower(), shard_metadata)
-
-
-async def _remote_events(peer: Peer, call: Any) -> AsyncIterator[pb.StatusEvent]:
-    try:
-        async for event in call:
-            yield event
-    except grpc.aio.AioRpcError as exc:
-        raise _peer_error(peer, exc) from None
-    finally:
-        call.cancel()
 
 
 def shards_of(sections: Sequence[ShardSection]) -> list[str]:

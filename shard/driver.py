@@ -234,7 +234,9 @@ class Driver:
             collecting = gc.isenabled()
             gc.disable()
             try:
+                started = time.monotonic()
                 recovered = await store.recover(now, config.retention)
+                read = time.monotonic()
                 # In a thread: restoring a large backlog takes seconds, during which the event
                 # loop must go on renewing the store's lease (or lose leadership at once).
                 core = await asyncio.to_thread(
@@ -245,6 +247,8 @@ class Driver:
             finally:
                 if collecting:
                     gc.enable()
+            log.info("recovered %d tasks in %.3f s, restored in %.3f s", len(recovered.tasks), read - started,
+                     time.monotonic() - read)  # fmt: skip
         self.core = core
         self.role = Role.LEADER
         self._gc_tuned = True
@@ -291,11 +295,14 @@ class Driver:
             if removed:
                 log.info("pruned %d finished tasks", removed)
 
-    def _stop_helpers(self) -> None:
+    def _cancel_helpers(self) -> list[asyncio.Task[None]]:
+        """Cancel the leader's helper tasks; the caller awaits their end (``_ended``)."""
         helpers, self._helpers = self._helpers, []
-        for task in helpers:
-            if task is not asyncio.current_task():
-                task.cancel()
+        current = asyncio.current_task()
+        stopping = [task for task in helpers if task is not current]
+        for task in stopping:
+            task.cancel()
+        return stopping
 
     async def wait_stepped_down(self) -> str:
         assert self._stepped_down is not None
@@ -325,7 +332,7 @@ class Driver:
     async def _stop_loop(self, reason: str) -> None:
         """Ask the step loop to finish (its commit in flight is delivered first) and wait for it."""
         self.stop_reason = self.stop_reason or reason
-        self._stop_helpers()
+        helpers = self._cancel_helpers()
         task = self._loop_task
         self._loop_task = None
         self._stop_requested = True
@@ -333,6 +340,7 @@ class Driver:
         if task is not None and task is not asyncio.current_task():
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await _ended(helpers)
         self._fail_queued(NotLeader(f"not the leader ({reason})"))
         self.role = Role.STOPPED
         self._untune_gc()
@@ -483,6 +491,7 @@ class Driver:
         except asyncio.CancelledError:
             if inflight is not None and inflight.commit is not None:
                 inflight.commit.cancel()
+                await _ended([inflight.commit])
             raise
         except _Fatal as fatal:
             if inflight is not None:
@@ -491,6 +500,7 @@ class Driver:
         except Rebuild:
             if inflight is not None and inflight.commit is not None:
                 inflight.commit.cancel()
+                await _ended([inflight.commit])  # before the rebuild reads the store back
             raise
         except Exception as error:
             # The engine moved ahead of what the store holds: the only safe move is to stop.
@@ -747,7 +757,7 @@ class Driver:
             return
         log.warning("stepping down: %s", reason)
         self.stop_reason = reason
-        self._stop_helpers()
+        helpers = self._cancel_helpers()
         core = self.core
         if core is not None:
             core.dispatch_enabled = False
@@ -762,6 +772,18 @@ class Driver:
             self._stepped_down.set()
         if self.on_step_down is not None:
             self.on_step_down(reason)
+        # Told at once, as above; the step loop (this task) ends only after its helpers.
+        await _ended(helpers)
+
+
+async def _ended(tasks: list[asyncio.Task[None]]) -> None:
+    """Wait until each of the cancelled ``tasks`` has ended, so none outlives its driver's
+    leadership (a task still pending when its loop closes is destroyed half-way)."""
+    if tasks:
+        await asyncio.wait(tasks)
+    for task in tasks:
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("driver task %s failed", task.get_name(), exc_info=task.exception())
 
 
 class _Step:

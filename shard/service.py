@@ -408,6 +408,15 @@ class ShardService:
         result: bool = await self._call(lambda core, now: core.pause_recurring(now, name, paused))
         return result
 
+    async def withhold(self, pool: str, withheld: bool = True) -> None:
+        """Start no attempt of ``pool`` while ``withheld`` (see ``Core.withhold``)."""
+        await self._call(lambda core, now: core.withhold(pool, withheld))
+
+    async def running_in(self, pool: str) -> int:
+        """How many attempts of ``pool`` are running."""
+        result: int = await self._call(lambda core, now: core.running_in(pool))
+        return result
+
     async def list_recurring(self) -> list[RecurringInfo]:
         result: list[RecurringInfo] = await self._call(lambda core, now: core.list_recurring())
         return result

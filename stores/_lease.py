@@ -5,7 +5,8 @@ expiry. What differs between databases is how the lease is claimed, renewed and 
 SQL, and for Postgres the advisory-lock session beside the row); that lives behind
 ``LeaseBackend``. Everything else lives here, once:
 
-* acquisition: ``claim`` every ``lock_poll`` until it returns an epoch;
+* acquisition: ``claim`` every ``lock_poll`` (counted from the start of each attempt) until it
+  returns an epoch;
 * renewal: every ``lease_renew``, each attempt bounded by what is left of the lease;
 * expiry, measured on this process's monotonic clock from the moment the claim or the last
   successful renewal was *sent*: the database computes its own expiry from a later instant, so
@@ -114,7 +115,9 @@ class LeaseKeeper:
             if epoch is not None:
                 self._start(epoch, sent)
                 return epoch
-            await asyncio.sleep(self.lock_poll)
+            # Every ``lock_poll`` from the start of the last attempt: a backend that waited for
+            # the lock during its attempt (Postgres) tries again at once.
+            await asyncio.sleep(max(self.lock_poll - (time.monotonic() - sent), 0.0))
 
     def _start(self, epoch: int, sent: float) -> None:
         self._epoch = epoch

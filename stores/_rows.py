@@ -1,7 +1,8 @@
-"""Row encoding shared by every store: mutations become rows, rows become recovered tasks.
+"""Row layouts and encoding shared by every store: mutations become rows.
 
 All three stores keep the same row shapes (the memory store keeps them in dicts), so they encode,
-validate, fold and decode alike, and the conformance suite can hold them to one behaviour.
+validate and fold alike, and the conformance suite can hold them to one behaviour. Rows become
+recovered tasks again in ``_row_decode``.
 
 Task rows (column order of ``TASK_COLUMNS``):
 
@@ -32,11 +33,9 @@ payload), ``payload`` (the template's payload through the codec), ``next_at``, `
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import json
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -45,25 +44,16 @@ from cronoq.engine.actions import (
     Mutation,
     PutRecurring,
     PutTask,
-    RecoveredRecurring,
-    RecoveredTask,
     SetStatus,
     TaskRecord,
 )
 from cronoq.engine.types import (
-    Dep,
-    EdgeCond,
-    FixedStart,
-    MissPolicy,
-    OverlapPolicy,
     Priority,
-    RecurringSpec,
-    RetryPolicy,
     TaskSpec,
     TaskStatus,
 )
 
-from .base import Codec, Corrupt, Unstorable
+from .base import Codec, Unstorable
 
 # ---------------------------------------------------------------------------------------------
 # Column layouts
@@ -147,7 +137,7 @@ log = logging.getLogger("cronoq.stores")
 # ---------------------------------------------------------------------------------------------
 # Ids and integers
 
-_U64: Final = 1 << 64
+U64: Final = 1 << 64
 _I63: Final = 1 << 63
 
 
@@ -156,13 +146,13 @@ def to_db_id(task_id: int) -> int:
 
     Ids of one store share their shard bits, so the mapping keeps their order.
     """
-    if type(task_id) is not int or not 0 <= task_id < _U64:
+    if type(task_id) is not int or not 0 <= task_id < U64:
         raise ValueError(f"task id {task_id!r} is not an unsigned 64-bit integer")
-    return task_id - _U64 if task_id >= _I63 else task_id
+    return task_id - U64 if task_id >= _I63 else task_id
 
 
 def from_db_id(value: int) -> int:
-    return value + _U64 if value < 0 else value
+    return value + U64 if value < 0 else value
 
 
 def _i64(value: object, what: str) -> int:
@@ -244,15 +234,15 @@ _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=F
 
 # Spec texts of the common cases, made once: a spec with nothing beyond its columns, whose pool
 # is the resolved one or left to the default (``pool=None``).
-_PLAIN_SPEC: Final = {s.value: _dumps({"status": s.value}) for s in TaskStatus}
-_DEFAULT_POOL_SPEC: Final = {s.value: _dumps({"status": s.value, "pool": None}) for s in TaskStatus}
+PLAIN_SPEC: Final = {s.value: _dumps({"status": s.value}) for s in TaskStatus}
+DEFAULT_POOL_SPEC: Final = {s.value: _dumps({"status": s.value, "pool": None}) for s in TaskStatus}
 
 
 def _spec_text(value: str, fields: dict[str, Any]) -> str:
     if not fields:
-        return _PLAIN_SPEC[value]
+        return PLAIN_SPEC[value]
     if len(fields) == 1 and "pool" in fields and fields["pool"] is None:
-        return _DEFAULT_POOL_SPEC[value]
+        return DEFAULT_POOL_SPEC[value]
     return _dumps({"status": value, **fields})
 
 
@@ -317,141 +307,6 @@ def _template_to_dict(spec: TaskSpec) -> dict[str, Any]:
         d["tenant"] = check_text(spec.tenant, "tenant")
     d.update(_spec_fields(spec, spec.pool))
     return d
-
-
-# Decoding helpers raise Corrupt with a short reason.
-
-
-def _want_int(value: object, what: str) -> int:
-    if type(value) is not int:
-        raise Corrupt(f"{what} is not an integer")
-    return value
-
-
-def _want_opt_int(value: object, what: str) -> int | None:
-    return None if value is None else _want_int(value, what)
-
-
-def _want_str(value: object, what: str) -> str:
-    if not isinstance(value, str):
-        raise Corrupt(f"{what} is not text")
-    return value
-
-
-def _want_opt_str(value: object, what: str) -> str | None:
-    return None if value is None else _want_str(value, what)
-
-
-def _want_str_map(value: object, what: str) -> dict[str, str]:
-    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-        raise Corrupt(f"{what} are not a map of text")
-    return value
-
-
-def _want_int_map(value: object, what: str) -> dict[str, int]:
-    if not isinstance(value, dict) or not all(isinstance(k, str) and type(v) is int for k, v in value.items()):
-        raise Corrupt(f"{what} are not a map of integers")
-    return value
-
-
-def _enum(cls: Any, value: object, what: str) -> Any:
-    try:
-        return cls(value)
-    except (ValueError, TypeError):
-        raise Corrupt(f"unknown {what} {value!r}") from None
-
-
-def _load_json(text: object, what: str) -> dict[str, Any]:
-    if isinstance(text, bytes | bytearray | memoryview):
-        text = bytes(text).decode("utf-8", "replace")
-    if not isinstance(text, str):
-        raise Corrupt(f"{what} is not text")
-    try:
-        d = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
-        raise Corrupt(f"{what} is not valid JSON ({reason})") from None
-    if not isinstance(d, dict):
-        raise Corrupt(f"{what} is not a JSON object")
-    return d
-
-
-def _spec_from_fields(d: dict[str, Any], spec: TaskSpec) -> TaskSpec:
-    """Fill ``spec`` (which already holds the column fields) from a ``_spec_fields`` dict."""
-    if "pool" in d:
-        spec.pool = _want_opt_str(d["pool"], "spec pool")
-    spec.deadline = _want_opt_int(d.get("deadline"), "deadline")
-    fs = d.get("fixed_start")
-    if fs is not None:
-        if not isinstance(fs, dict):
-            raise Corrupt("fixed start is not an object")
-        spec.fixed_start = FixedStart(
-            start=_want_int(fs.get("start"), "fixed start"),
-            tolerance=_want_int(fs.get("tolerance"), "fixed start tolerance"),
-            on_miss=_enum(MissPolicy, fs.get("on_miss"), "miss policy"),
-        )
-    spec.duration_hint = _want_opt_int(d.get("duration_hint"), "duration hint")
-    spec.timeout = _want_opt_int(d.get("timeout"), "timeout")
-    r = d.get("retry")
-    if r is not None:
-        if not isinstance(r, dict):
-            raise Corrupt("retry policy is not an object")
-        multiplier = r.get("multiplier")
-        if type(multiplier) not in (int, float):
-            raise Corrupt("retry multiplier is not a number")
-        jitter = r.get("jitter")
-        if not isinstance(jitter, bool):
-            raise Corrupt("retry jitter is not a boolean")
-        spec.retry = RetryPolicy(
-            max_attempts=_want_int(r.get("max_attempts"), "retry max_attempts"),
-            initial_backoff=_want_int(r.get("initial_backoff"), "retry initial_backoff"),
-            multiplier=float(multiplier),  # type: ignore[arg-type]
-            max_backoff=_want_int(r.get("max_backoff"), "retry max_backoff"),
-            jitter=jitter,
-        )
-    deps_raw = d.get("deps", ())
-    if not isinstance(deps_raw, list | tuple):
-        raise Corrupt("dependencies are not a list")
-    deps: list[Dep] = []
-    for item in deps_raw:
-        if not isinstance(item, dict):
-            raise Corrupt("a dependency is not an object")
-        cond = _enum(EdgeCond, item.get("on"), "dependency condition")
-        if "id" in item:
-            deps.append(Dep(_want_int(item["id"], "dependency id"), cond))
-        else:
-            deps.append(Dep(_want_str(item.get("key"), "dependency key"), cond))
-    spec.deps = tuple(deps)
-    spec.resources = _want_int_map(d.get("resources", {}), "resources")
-    spec.tags = _want_str_map(d.get("tags", {}), "tags")
-    spec.labels = _want_str_map(d.get("labels", {}), "labels")
-    return spec
-
-
-def _template_from_dict(d: dict[str, Any], payload: object) -> TaskSpec:
-    spec = TaskSpec(
-        payload=payload,
-        pool=_want_opt_str(d.get("pool"), "template pool"),
-        kind=_want_str(d.get("kind"), "template kind"),
-        priority=_enum(Priority, d.get("priority"), "priority"),
-        key=_want_opt_str(d.get("key"), "template key"),
-        tenant=_want_opt_str(d.get("tenant"), "template tenant"),
-    )
-    rest = {k: v for k, v in d.items() if k != "pool"}
-    return _spec_from_fields(rest, spec)
-
-
-def _decode_payload(codec: Codec, data: object, what: str) -> object:
-    if not isinstance(data, bytes | bytearray | memoryview):
-        raise Corrupt(f"{what} is not bytes")
-    try:
-        return codec.decode(bytes(data))
-    except Exception as exc:
-        raise Corrupt(f"{what} cannot be decoded ({type(exc).__name__}: {exc})") from None
-
-
-def decode_output(codec: Codec, data: object) -> object:
-    return _decode_payload(codec, data, "output")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -687,249 +542,3 @@ def _fold(mutations: Sequence[Mutation], codec: Codec) -> Batch:
         else:
             batch.recurring.append(rec)
     return batch
-
-
-# ---------------------------------------------------------------------------------------------
-# Decoding for recovery
-
-
-# Lookups that stand in for calling the enum classes (which run Python code) on the hot path.
-_STATUS_OF: Final = {s.value: s for s in TaskStatus}
-_PRIORITY_OF: Final = {int(p): p for p in Priority}
-# The spec texts ``_spec_text`` writes for plain specs: (submitted status, spec.pool is None).
-_PLAIN_SPEC_OF: Final = {
-    **{text: (_STATUS_OF[value], False) for value, text in _PLAIN_SPEC.items()},
-    **{text: (_STATUS_OF[value], True) for value, text in _DEFAULT_POOL_SPEC.items()},
-}
-
-
-def _status(value: object, what: str) -> TaskStatus:
-    found = _STATUS_OF.get(value) if type(value) is str else None
-    return found if found is not None else _enum(TaskStatus, value, what)
-
-
-def decode_task(row: Sequence[Any], codec: Codec) -> RecoveredTask:
-    """A read row (READ_COLUMNS order) as a RecoveredTask; raises Corrupt.
-
-    Checks every column like the general path; a spec text that a plain spec produces (nothing
-    beyond its columns) skips the JSON parser, since that is the spec of most tasks.
-    """
-    task_id = from_db_id(_want_int(row[T_ID], "id"))
-    pool = row[T_POOL]
-    if type(pool) is not str:
-        pool = _want_str(pool, "pool")
-    spec_text = row[T_SPEC]
-    plain = _PLAIN_SPEC_OF.get(spec_text) if type(spec_text) is str else None
-    d: dict[str, Any] | None = None
-    if plain is None:
-        d = _load_json(spec_text, "spec")
-        submitted_status = _enum(TaskStatus, d.pop("status", None), "submitted status")
-    else:
-        submitted_status = plain[0]
-    priority = _PRIORITY_OF.get(row[T_PRIORITY]) if type(row[T_PRIORITY]) is int else None
-    if priority is None:
-        priority = _enum(Priority, row[T_PRIORITY], "priority")
-    kind = row[T_KIND]
-    key = row[T_KEY]
-    tenant = row[T_TENANT]
-    spec = TaskSpec(
-        payload=_decode_payload(codec, row[T_PAYLOAD], "payload"),
-        pool=None if plain is not None and plain[1] else pool,
-        kind=kind if type(kind) is str else _want_str(kind, "kind"),
-        priority=priority,
-        key=key if key is None or type(key) is str else _want_str(key, "key"),
-        tenant=tenant if tenant is None or type(tenant) is str else _want_str(tenant, "tenant"),
-    )
-    if d is not None:
-        _spec_from_fields(d, spec)
-    submitted = row[T_SUBMITTED]
-    max_attempts = row[T_MAX_ATTEMPTS]
-    record = TaskRecord(
-        id=task_id,
-        pool=pool,
-        spec=spec,
-        submitted_at=submitted if type(submitted) is int else _want_int(submitted, "submitted_at"),
-        status=submitted_status,
-        max_attempts=max_attempts if type(max_attempts) is int else _want_int(max_attempts, "max_attempts"),
-    )
-    attempt = row[T_ATTEMPT]
-    message = row[T_MESSAGE]
-    started = row[T_STARTED]
-    finished = row[T_FINISHED]
-    retry_at = row[T_RETRY_AT]
-    return RecoveredTask(
-        record=record,
-        status=_status(row[T_STATUS], "status"),
-        attempt=attempt if type(attempt) is int else _want_int(attempt, "attempt"),
-        message=message if message is None or type(message) is str else _want_str(message, "message"),
-        started_at=started if started is None or type(started) is int else _want_int(started, "started_at"),
-        finished_at=finished if finished is None or type(finished) is int else _want_int(finished, "finished_at"),
-        retry_at=retry_at if retry_at is None or type(retry_at) is int else _want_int(retry_at, "retry_at"),
-        has_output=bool(row[T_HAS_OUTPUT_READ]),
-    )
-
-
-def quarantine_message(reason: str) -> str:
-    return clean_message(f"quarantined: {reason}") or ""
-
-
-def quarantined_task(row: Sequence[Any], reason: str, now: int) -> RecoveredTask:
-    """What recovery reports for a row it could not decode: a dead-lettered task with what was legible."""
-
-    def pick(index: int, kind: type, default: Any) -> Any:
-        value = row[index]
-        return value if type(value) is kind else default
-
-    pool = pick(T_POOL, str, "default")
-    priority = row[T_PRIORITY]
-    spec = TaskSpec(
-        pool=pool,
-        kind=pick(T_KIND, str, "default"),
-        priority=Priority(priority) if priority in (0, 1, 2, 3) else Priority.NORMAL,
-        key=pick(T_KEY, str, None),
-        tenant=pick(T_TENANT, str, None),
-    )
-    submitted = pick(T_SUBMITTED, int, now)
-    record = TaskRecord(
-        id=from_db_id(row[T_ID]),
-        pool=pool,
-        spec=spec,
-        submitted_at=submitted,
-        status=TaskStatus.DEAD_LETTERED,
-        max_attempts=pick(T_MAX_ATTEMPTS, int, 1),
-    )
-    return RecoveredTask(
-        record=record,
-        status=TaskStatus.DEAD_LETTERED,
-        attempt=pick(T_ATTEMPT, int, 0),
-        message=quarantine_message(reason),
-        started_at=pick(T_STARTED, int, None),
-        finished_at=pick(T_FINISHED, int, now),
-        retry_at=None,
-        has_output=False,
-    )
-
-
-def log_bad_recurring(name: object, exc: Exception) -> None:
-    log.error("recurring schedule %r cannot be decoded and is skipped: %s", name, exc)
-
-
-def decode_recurring(row: Sequence[Any], codec: Codec) -> RecoveredRecurring:
-    """A recurring row (RECURRING_COLUMNS order) as a RecoveredRecurring; raises Corrupt."""
-    try:
-        return _decode_recurring(row, codec)
-    except Corrupt:
-        raise
-    except Exception as exc:
-        raise Corrupt(f"{type(exc).__name__}: {exc}") from None
-
-
-def _decode_recurring(row: Sequence[Any], codec: Codec) -> RecoveredRecurring:
-    name = _want_str(row[0], "recurring name")
-    cron = _want_str(row[1], "cron")
-    d = _load_json(row[2], "recurring spec")
-    template = d.get("template")
-    if not isinstance(template, dict):
-        raise Corrupt("recurring template is not an object")
-    spec = RecurringSpec(
-        name=name,
-        cron=cron,
-        template=_template_from_dict(template, _decode_payload(codec, row[3], "template payload")),
-        tz=_want_opt_str(d.get("tz"), "time zone"),
-        overlap=_enum(OverlapPolicy, d.get("overlap"), "overlap policy"),
-        tolerance=_want_int(d.get("tolerance"), "tolerance"),
-        on_miss=_enum(MissPolicy, d.get("on_miss"), "miss policy"),
-        deadline_after=_want_opt_int(d.get("deadline_after"), "deadline_after"),
-    )
-    last = _want_opt_int(row[5], "last_task_id")
-    return RecoveredRecurring(
-        spec=spec,
-        next_at=_want_opt_int(row[4], "next_at"),
-        last_task_id=None if last is None else from_db_id(last),
-        paused=bool(row[6]),
-    )
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while recovery builds its objects.
-
-    Recovery allocates several objects per task and keeps all of them, so every collection that
-    the allocations trigger finds nothing to free yet walks a heap that keeps growing: with
-    100,000 tasks that is about a third of the decoding time. Nothing is lost by pausing:
-    reference counting still frees what becomes garbage, and the collector catches up when it is
-    switched back on (only if it was on before).
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-class Recovery:
-    """Collects decoded rows during ``recover`` and works out which parents are still missing."""
-
-    __slots__ = ("codec", "keys", "now", "quarantined", "tasks")
-
-    def __init__(self, codec: Codec, now: int) -> None:
-        self.codec = codec
-        self.now = now
-        self.tasks: dict[int, RecoveredTask] = {}
-        self.keys: dict[str, int] = {}
-        self.quarantined: list[tuple[int, str]] = []  # (stored id, message)
-
-    def add(self, row: Sequence[Any]) -> None:
-        try:
-            task = decode_task(row, self.codec)
-        except Exception as exc:  # whatever a damaged row throws, recovery goes on
-            reason = str(exc) if isinstance(exc, Corrupt) else f"{type(exc).__name__}: {exc}"
-            task = quarantined_task(row, reason, self.now)
-            self.quarantined.append((row[T_ID], task.message or ""))
-        self.tasks[task.record.id] = task
-        key = task.record.spec.key
-        if key is not None and self.keys.get(key, -1) < task.record.id:
-            self.keys[key] = task.record.id
-
-    def missing_parents(self) -> tuple[list[int], list[str]]:
-        """Ids (as stored) and keys that live tasks depend on but that were not loaded."""
-        ids: set[int] = set()
-        keys: set[str] = set()
-        for task in self.tasks.values():
-            if task.status.terminal:
-                continue
-            for dep in task.record.spec.deps:
-                target = dep.target
-                if isinstance(target, str):
-                    if target not in self.keys:
-                        keys.add(target)
-                elif target not in self.tasks and 0 <= target < _U64:
-                    ids.add(to_db_id(target))
-        return sorted(ids), sorted(keys)
-
-    def add_parents(self, rows: Sequence[Sequence[Any]], ids: Sequence[int], keys: Sequence[str]) -> None:
-        """Add the terminal parents fetched for ``missing_parents``.
-
-        A parent named by id is added as is; for a key only the newest task with it counts.
-        """
-        wanted_ids = set(ids)
-        wanted_keys = set(keys)
-        newest: dict[str, Sequence[Any]] = {}
-        for row in rows:
-            if row[T_STATUS] not in TERMINAL_VALUES:
-                continue  # a live row was loaded already
-            if row[T_ID] in wanted_ids and from_db_id(row[T_ID]) not in self.tasks:
-                self.add(row)
-            key = row[T_KEY]
-            if key in wanted_keys:
-                prev = newest.get(key)
-                if prev is None or from_db_id(prev[T_ID]) < from_db_id(row[T_ID]):
-                    newest[key] = row
-        for row in newest.values():
-            if from_db_id(row[T_ID]) not in self.tasks:
-                self.add(row)
-
-    def ordered(self) -> list[RecoveredTask]:
-        return [self.tasks[i] for i in sorted(self.tasks)]

@@ -26,6 +26,10 @@ Version history:
 6. Postgres: the leader lease ``cronoq_lease`` beside the advisory lock (epoch, holder, the tag in
    its sessions' ``application_name``, expiry by the database's clock; see ``_pg_lease``).
    SQLite: no change (its lease row has been there since version 1).
+7. pool moves (``docs/pool-moves.md``): ``cronoq_topology`` (the pool placements this shard
+   knows), ``cronoq_moves`` (the latest move of each pool handed away by this shard) and
+   ``cronoq_forwarded`` (ids handed over with their pool, and where to). ``IF NOT EXISTS``: builds
+   before this version created the same tables beside the migrated ones, and they are kept.
 
 In Postgres statements ``{s}`` stands for the quoted schema name.
 """
@@ -147,6 +151,31 @@ SQLITE_MIGRATIONS: Final[tuple[Migration, ...]] = (
         ("ALTER TABLE cronoq_recurring ADD COLUMN paused INTEGER NOT NULL DEFAULT 0",),
     ),
     Migration("leader lease beside the advisory lock (Postgres only; SQLite has had one since version 1)", ()),
+    Migration(
+        "pool moves: placements, moves, forwarding records",
+        (
+            """CREATE TABLE IF NOT EXISTS cronoq_topology (
+                pool TEXT PRIMARY KEY,
+                shard TEXT NOT NULL,
+                version INTEGER NOT NULL CHECK (version >= 1)
+            )""",
+            """CREATE TABLE IF NOT EXISTS cronoq_moves (
+                pool TEXT PRIMARY KEY,
+                move_id TEXT NOT NULL,
+                target TEXT NOT NULL,
+                version INTEGER NOT NULL,
+                phase TEXT NOT NULL,
+                message TEXT NOT NULL DEFAULT '',
+                updated_at INTEGER NOT NULL
+            )""",
+            """CREATE TABLE IF NOT EXISTS cronoq_forwarded (
+                id INTEGER PRIMARY KEY,
+                pool TEXT NOT NULL,
+                shard TEXT NOT NULL,
+                version INTEGER NOT NULL
+            )""",
+        ),
+    ),
 )
 
 PG_VERSION_TABLE_DDL: Final = (
@@ -284,6 +313,31 @@ PG_MIGRATIONS: Final[tuple[Migration, ...]] = (
             )""",
         ),
     ),
+    Migration(
+        "pool moves: placements, moves, forwarding records",
+        (
+            """CREATE TABLE IF NOT EXISTS {s}.cronoq_topology (
+                pool text PRIMARY KEY,
+                shard text NOT NULL,
+                version bigint NOT NULL CHECK (version >= 1)
+            )""",
+            """CREATE TABLE IF NOT EXISTS {s}.cronoq_moves (
+                pool text PRIMARY KEY,
+                move_id text NOT NULL,
+                target text NOT NULL,
+                version bigint NOT NULL,
+                phase text NOT NULL,
+                message text NOT NULL DEFAULT '',
+                updated_at bigint NOT NULL
+            )""",
+            """CREATE TABLE IF NOT EXISTS {s}.cronoq_forwarded (
+                id bigint PRIMARY KEY,
+                pool text NOT NULL,
+                shard text NOT NULL,
+                version bigint NOT NULL
+            )""",
+        ),
+    ),
 )
 
 LATEST: Final = len(SQLITE_MIGRATIONS)
@@ -297,6 +351,9 @@ PG_EVENTS_VERSION: Final = 3
 
 HISTORY_VERSION: Final = 4
 """The first version that has ``cronoq_task_transitions`` and the history indexes."""
+
+POOL_MOVES_VERSION: Final = 7
+"""The first version that has ``cronoq_topology``, ``cronoq_moves`` and ``cronoq_forwarded``."""
 
 
 def shard_conflict(recorded: str | None, wanted: str | None) -> str:

@@ -30,6 +30,7 @@ from cronoq.engine.actions import RecoveredTask
 from cronoq.engine.types import TaskStatus
 from cronoq.engine.views import TaskInfo, TaskQuery
 
+from . import _row_decode as D
 from . import _rows as R
 from .base import Codec, Corrupt
 
@@ -101,9 +102,9 @@ def decode_row(row: Sequence[Any], codec: Codec, now: int) -> RecoveredTask:
     """A read row (``_rows.READ_COLUMNS`` order) decoded; a row that cannot be decoded shows as the
     Failed task recovery would quarantine it as."""
     try:
-        return R.decode_task(row, codec)
+        return D.decode_task(row, codec)
     except Corrupt as exc:
-        return R.quarantined_task(row, str(exc), now)
+        return D.quarantined_task(row, str(exc), now)
 
 
 def info_of(task: RecoveredTask) -> TaskInfo:

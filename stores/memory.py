@@ -20,6 +20,7 @@ from cronoq.engine.actions import Mutation, Recovered, RecoveredTask
 from cronoq.engine.types import NS_PER_S
 from cronoq.engine.views import TaskInfo, TaskQuery
 
+from . import _row_decode as D
 from . import _rows as R
 from . import _schema as S
 from . import history as H
@@ -172,12 +173,13 @@ class MemoryStore:
         await self.open()
         st = self.state
         cutoff = now - (self.retention if retention is None else retention)
-        rec = R.Recovery(self.codec, now)
-        with R.gc_paused():
-            for row in st.tasks.values():
-                finished = row[R.T_FINISHED]
-                if finished is None or finished >= cutoff:
-                    rec.add(self._read_row(row))
+        rec = D.Recovery(self.codec, now)
+        with D.gc_paused():
+            rec.add_rows(
+                self._read_row(row)
+                for row in st.tasks.values()
+                if row[R.T_FINISHED] is None or row[R.T_FINISHED] >= cutoff
+            )
         ids, keys = rec.missing_parents()
         if ids or keys:
             wanted_ids, wanted_keys = set(ids), set(keys)
@@ -197,9 +199,9 @@ class MemoryStore:
         result = Recovered(tasks=rec.ordered(), quarantined=len(rec.quarantined))
         for name, rrow in sorted(st.recurring.items()):
             try:
-                result.recurring.append(R.decode_recurring(rrow, self.codec))
+                result.recurring.append(D.decode_recurring(rrow, self.codec))
             except Corrupt as exc:
-                R.log_bad_recurring(name, exc)
+                D.log_bad_recurring(name, exc)
                 result.quarantined += 1
         high = R.from_db_id(st.id_high_water) if st.id_high_water is not None else 0
         result.id_high_water = max([high, *(t.record.id for t in result.tasks)])
@@ -235,4 +237,4 @@ class MemoryStore:
         row = self.state.tasks.get(R.to_db_id(task_id))
         if row is None or not row[R.T_HAS_OUTPUT_FULL]:
             return False, None
-        return True, R.decode_output(self.codec, row[R.T_OUTPUT_FULL])
+        return True, D.decode_output(self.codec, row[R.T_OUTPUT_FULL])

@@ -5,9 +5,7 @@ knows. ``load_placements`` seeds it with the configuration file's placements whe
 (insert-if-absent, so replicas starting together agree) and returns what the store holds.
 ``advance_placement`` moves one pool's placement forward (never back).
 
-The table sits beside the migrated ones and is created here if absent (in the same transaction as
-the seeding, under the store's migration lock on Postgres), so that a build without pool moves
-never sees it and its schema version is untouched.
+The table is created by schema migration 7 (``_schema.py``), which every opened store has run.
 """
 
 from __future__ import annotations
@@ -16,30 +14,27 @@ import asyncio
 import contextlib
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from .base import Corrupt, Unavailable
 
-__all__ = ["Placements", "advance_placement", "load_placements", "placement_reader", "read_placements"]
+__all__ = [
+    "NOTIFY_CHANNEL",
+    "PlacementWatch",
+    "Placements",
+    "advance_placement",
+    "load_placements",
+    "notify_sql",
+    "placement_watch",
+    "read_placements",
+]
 
 Placements = dict[str, tuple[str, int]]
 """pool -> (shard, version)"""
 
 MAX_NAME = 200
 MAX_VERSION = 2**62
-
-_SQLITE_DDL = (
-    "CREATE TABLE IF NOT EXISTS cronoq_topology ("
-    " pool TEXT PRIMARY KEY,"
-    " shard TEXT NOT NULL,"
-    " version INTEGER NOT NULL CHECK (version >= 1))"
-)
-_PG_DDL = (
-    "CREATE TABLE IF NOT EXISTS {s}.cronoq_topology ("
-    " pool text PRIMARY KEY,"
-    " shard text NOT NULL,"
-    " version bigint NOT NULL CHECK (version >= 1))"
-)
 
 
 def _checked(rows: list[Any]) -> Placements:
@@ -84,41 +79,68 @@ async def read_placements(store: Any) -> Placements:
     if isinstance(store, PostgresStore):
         s = quote_schema(store.schema)
         async with pg_connection(store) as conn:
-            if await conn.fetchval("SELECT to_regclass($1)", f"{s}.cronoq_topology") is None:
-                return {}
             rows = await conn.fetch(f"SELECT pool, shard, version FROM {s}.cronoq_topology")
         return _checked([(row["pool"], row["shard"], row["version"]) for row in rows])
     raise TypeError(f"{type(store).__name__} keeps no durable placements")
 
 
+NOTIFY_CHANNEL = "cronoq_placements"
+"""Postgres channel a commit that changes a schema's placements notifies, with the schema's name."""
+
+
+def notify_sql(schema_param: str) -> str:
+    """The statement, inside a transaction that changes placements, that tells the listeners of
+    the schema named by ``schema_param`` (delivered when it commits)."""
+    return f"SELECT pg_notify('{NOTIFY_CHANNEL}', {schema_param})"
+
+
+@dataclass(slots=True)
+class PlacementWatch:
+    """Reads of a store's placements, and a wait for their next change: on Postgres a
+    notification (``LISTEN`` on the one connection it keeps), elsewhere just the timeout."""
+
+    read: Callable[[], Awaitable[Placements]]
+    changed: asyncio.Event
+    notified: bool
+    """Whether changes are notified (Postgres): then polls are only a slow fallback."""
+
+    async def wait(self, timeout: float) -> None:
+        """Until a change was notified, or ``timeout`` seconds."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.changed.wait(), timeout)
+        self.changed.clear()
+
+
 @contextlib.asynccontextmanager
-async def placement_reader(store: Any) -> AsyncIterator[Callable[[], Awaitable[Placements]]]:
-    """``read_placements`` for frequent reads: on Postgres over one connection kept open."""
+async def placement_watch(store: Any) -> AsyncIterator[PlacementWatch]:
+    """``read_placements`` for frequent reads, told of changes when the store can (Postgres)."""
     from .postgres import PostgresStore, quote_schema
 
     if not isinstance(store, PostgresStore):
-        yield lambda: read_placements(store)
+        yield PlacementWatch(lambda: read_placements(store), asyncio.Event(), notified=False)
         return
     s = quote_schema(store.schema)
     async with pg_connection(store) as conn:
+        watch = PlacementWatch(lambda: _pg_read(conn, s), asyncio.Event(), notified=True)
 
-        async def read() -> Placements:
-            if await conn.fetchval("SELECT to_regclass($1)", f"{s}.cronoq_topology") is None:
-                return {}
-            rows = await conn.fetch(f"SELECT pool, shard, version FROM {s}.cronoq_topology")
-            return _checked([(row["pool"], row["shard"], row["version"]) for row in rows])
+        def heard(_conn: Any, _pid: int, _channel: str, payload: str) -> None:
+            if payload == store.schema:
+                watch.changed.set()
 
-        yield read
+        await conn.add_listener(NOTIFY_CHANNEL, heard)
+        yield watch
+
+
+async def _pg_read(conn: Any, s: str) -> Placements:
+    rows = await conn.fetch(f"SELECT pool, shard, version FROM {s}.cronoq_topology")
+    return _checked([(row["pool"], row["shard"], row["version"]) for row in rows])
 
 
 def _sqlite_read(path: str) -> Placements:
     try:
         conn = _sqlite_connect(path)
         try:
-            if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'cronoq_topology'").fetchone():
-                rows = conn.execute("SELECT pool, shard, version FROM cronoq_topology").fetchall()
-            else:
-                rows = []
+            rows = conn.execute("SELECT pool, shard, version FROM cronoq_topology").fetchall()
         finally:
             conn.close()
     except sqlite3.Error as exc:
@@ -153,7 +175,6 @@ def _sqlite_load(path: str, seed: Placements) -> Placements:
         conn = _sqlite_connect(path)
         try:
             conn.execute("BEGIN IMMEDIATE")
-            conn.execute(_SQLITE_DDL)
             conn.executemany(
                 "INSERT INTO cronoq_topology (pool, shard, version) VALUES (?, ?, ?) ON CONFLICT (pool) DO NOTHING",
                 [(pool, shard, version) for pool, (shard, version) in seed.items()],
@@ -172,7 +193,6 @@ def _sqlite_advance(path: str, pool: str, shard: str, version: int) -> bool:
         conn = _sqlite_connect(path)
         try:
             conn.execute("BEGIN IMMEDIATE")
-            conn.execute(_SQLITE_DDL)
             changed = conn.execute(
                 "INSERT INTO cronoq_topology (pool, shard, version) VALUES (?, ?, ?)"
                 " ON CONFLICT (pool) DO UPDATE SET shard = excluded.shard, version = excluded.version"
@@ -212,7 +232,6 @@ async def _pg_load(store: Any, seed: Placements) -> Placements:
     pools = list(seed)
     async with pg_connection(store) as conn, conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", lock_key(store.schema, "migrate"))
-        await conn.execute(_PG_DDL.format(s=s))
         await conn.execute(
             f"INSERT INTO {s}.cronoq_topology (pool, shard, version)"
             f" SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[]) ON CONFLICT (pool) DO NOTHING",
@@ -230,7 +249,6 @@ async def _pg_advance(store: Any, pool: str, shard: str, version: int) -> bool:
     s = quote_schema(store.schema)
     async with pg_connection(store) as conn, conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", lock_key(store.schema, "migrate"))
-        await conn.execute(_PG_DDL.format(s=s))
         status = await conn.execute(
             f"INSERT INTO {s}.cronoq_topology (pool, shard, version) VALUES ($1, $2, $3)"
             f" ON CONFLICT (pool) DO UPDATE SET shard = excluded.shard, version = excluded.version"
@@ -239,4 +257,5 @@ async def _pg_advance(store: Any, pool: str, shard: str, version: int) -> bool:
             shard,
             version,
         )
+        await conn.execute(notify_sql("$1"), store.schema)
     return bool(status.endswith(" 1"))

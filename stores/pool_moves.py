@@ -1,19 +1,22 @@
 """Handing a pool's rows from one shard's store to another's (``docs/pool-moves.md``).
 
 The source shard keeps ``cronoq_moves`` (the latest move of each pool: its id, target, version,
-phase) and ``cronoq_forwarded`` (ids handed over, and where to). A move is requested by the
-source's leader (``request_move``, fenced by its epoch); the next leader of the source carries it
-out before it recovers the store (``transfer``), while no engine runs on the source:
+phase) and ``cronoq_forwarded`` (ids handed over, and where to). A move is recorded by the
+source's leader (``request_move``, fenced by its epoch; phase ``draining`` while the pool's running
+attempts end, then ``requested``); the next leader of the source carries it out before it recovers
+the store (``transfer``), while no engine runs on the source:
 
 * Postgres (both schemas in one database): one transaction, fenced by the source's epoch, copies
   the pool's task rows (with their status transitions) and schedules into the target's schema,
   deletes them from the source, records where the ids went, writes the new placement into both
   records and marks the move done. It commits whole or not at all.
-* SQLite (two files, no atomic commit across them in WAL mode): the target's file is written
-  first (rows inserted if absent, the new placement), then the source's (fenced: rows deleted,
-  forwarding records, placement, move done). A crash in between leaves the move ``requested``:
-  the next leader of the source repeats it, the target's half being a no-op the second time. The
-  source never leads with a requested move pending, so only the target can serve the pool.
+* SQLite (two files, no atomic commit across them in WAL mode): the source marks the move
+  ``transferring`` (fenced), then the target's file is written (rows inserted if absent, the new
+  placement), then the source's (fenced: rows deleted, forwarding records, placement, move done).
+  A crash in between leaves the move ``transferring``: the next leader of the source repeats it,
+  the target's half being a no-op the second time, and it can no longer be aborted (the target
+  may own the pool already). The source never leads with a move pending past ``draining``, so
+  only the target can serve the pool.
 
 Before anything is written the move is checked against both stores: live dependency edges between
 the pool and other pools of the source, keys of the pool already used in the target, schedule
@@ -24,16 +27,19 @@ nothing else changes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sqlite3
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ._schema import POOL_MOVES_VERSION
 from .base import Corrupt, Fenced, StoreError, Unavailable
-from .placements import MAX_NAME, pg_connection
+from .placements import MAX_NAME, notify_sql, pg_connection
 
 __all__ = [
+    "ACTIVE",
     "MoveRefused",
     "MoveRow",
     "forwarded_to",
@@ -43,27 +49,10 @@ __all__ = [
     "transfer",
 ]
 
-PHASES = ("requested", "done", "refused", "aborted")
+PHASES = ("draining", "requested", "transferring", "done", "refused", "aborted")
+ACTIVE = ("draining", "requested", "transferring")
+"""The phases of a move not carried out yet (a pool has at most one such move)."""
 _U64 = (1 << 64) - 1
-
-_SQLITE_DDL = (
-    "CREATE TABLE IF NOT EXISTS cronoq_moves ("
-    " pool TEXT PRIMARY KEY, move_id TEXT NOT NULL, target TEXT NOT NULL, version INTEGER NOT NULL,"
-    " phase TEXT NOT NULL, message TEXT NOT NULL DEFAULT '', updated_at INTEGER NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS cronoq_forwarded ("
-    " id INTEGER PRIMARY KEY, pool TEXT NOT NULL, shard TEXT NOT NULL, version INTEGER NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS cronoq_topology ("
-    " pool TEXT PRIMARY KEY, shard TEXT NOT NULL, version INTEGER NOT NULL CHECK (version >= 1))",
-)
-_PG_DDL = (
-    "CREATE TABLE IF NOT EXISTS {s}.cronoq_moves ("
-    " pool text PRIMARY KEY, move_id text NOT NULL, target text NOT NULL, version bigint NOT NULL,"
-    " phase text NOT NULL, message text NOT NULL DEFAULT '', updated_at bigint NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS {s}.cronoq_forwarded ("
-    " id bigint PRIMARY KEY, pool text NOT NULL, shard text NOT NULL, version bigint NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS {s}.cronoq_topology ("
-    " pool text PRIMARY KEY, shard text NOT NULL, version bigint NOT NULL CHECK (version >= 1))",
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +85,13 @@ def _move(row: Sequence[Any]) -> MoveRow:
     return MoveRow(pool, str(move_id), target, version, phase, str(message), int(updated_at))
 
 
+def _not_ready(target: str, version: int) -> Unavailable:
+    return Unavailable(
+        f"the store of shard {target!r} is at schema version {version}, a pool move needs {POOL_MOVES_VERSION}:"
+        " start a server of that shard (it migrates its store), then the move goes on"
+    )
+
+
 def _kind(store: Any) -> str:
     from .postgres import PostgresStore
     from .sqlite import SqliteStore
@@ -118,8 +114,6 @@ async def read_moves(store: Any) -> dict[str, MoveRow]:
 
     s = quote_schema(store.schema)
     async with pg_connection(store) as conn:
-        for ddl in _PG_DDL:
-            await conn.execute(ddl.format(s=s))
         rows = await conn.fetch(
             f"SELECT pool, move_id, target, version, phase, message, updated_at FROM {s}.cronoq_moves"
         )
@@ -127,16 +121,14 @@ async def read_moves(store: Any) -> dict[str, MoveRow]:
 
 
 async def request_move(store: Any, epoch: int, row: MoveRow) -> MoveRow:
-    """Record ``row`` (phase ``requested``) unless a move of that pool is already requested, which
-    is returned instead. Fenced: ``Fenced`` if ``epoch`` no longer leads the store."""
+    """Record ``row`` unless a move of that pool is already under way (a phase of ``ACTIVE``),
+    which is returned instead. Fenced: ``Fenced`` if ``epoch`` no longer leads the store."""
     if _kind(store) == "sqlite":
         return await asyncio.to_thread(_sqlite_request, str(store.path), store.holder, epoch, row)
     from .postgres import fence_sql, quote_schema
 
     s = quote_schema(store.schema)
     async with pg_connection(store) as conn, conn.transaction():
-        for ddl in _PG_DDL:
-            await conn.execute(ddl.format(s=s))
         if await conn.fetchval(fence_sql(s), epoch, store.holder) is None:
             raise Fenced(f"epoch {epoch} no longer leads schema {store.schema}")
         found = await conn.fetchrow(
@@ -144,7 +136,7 @@ async def request_move(store: Any, epoch: int, row: MoveRow) -> MoveRow:
             " WHERE pool = $1 FOR UPDATE",
             row.pool,
         )
-        if found is not None and found["phase"] == "requested":
+        if found is not None and found["phase"] in ACTIVE:
             return _move(tuple(found))
         await conn.execute(
             f"INSERT INTO {s}.cronoq_moves (pool, move_id, target, version, phase, message, updated_at)"
@@ -162,12 +154,13 @@ async def request_move(store: Any, epoch: int, row: MoveRow) -> MoveRow:
     return row
 
 
-async def set_move_phase(store: Any, epoch: int, pool: str, move_id: str, phase: str, message: str, now: int) -> bool:
-    """Move ``pool``'s move ``move_id`` from ``requested`` to ``phase`` (fenced); whether it was
-    still requested."""
+async def set_move_phase(store: Any, epoch: int, pool: str, move_id: str, phase: str, message: str, now: int,
+                         expected: Sequence[str] = ACTIVE) -> bool:  # fmt: skip
+    """Move ``pool``'s move ``move_id`` from one of the ``expected`` phases to ``phase`` (fenced);
+    whether it was in one of them."""
     if _kind(store) == "sqlite":
         return await asyncio.to_thread(
-            _sqlite_set_phase, str(store.path), store.holder, epoch, pool, move_id, phase, message, now
+            _sqlite_set_phase, str(store.path), store.holder, epoch, pool, move_id, phase, message, now, list(expected)
         )
     from .postgres import fence_sql, quote_schema
 
@@ -177,12 +170,13 @@ async def set_move_phase(store: Any, epoch: int, pool: str, move_id: str, phase:
             raise Fenced(f"epoch {epoch} no longer leads schema {store.schema}")
         status = await conn.execute(
             f"UPDATE {s}.cronoq_moves SET phase = $3, message = $4, updated_at = $5"
-            " WHERE pool = $1 AND move_id = $2 AND phase = 'requested'",
+            " WHERE pool = $1 AND move_id = $2 AND phase = ANY($6::text[])",
             pool,
             move_id,
             phase,
             message,
             now,
+            list(expected),
         )
     return bool(status.endswith(" 1"))
 
@@ -195,8 +189,6 @@ async def forwarded_to(store: Any, task_id: int) -> tuple[str, str, int] | None:
 
     s = quote_schema(store.schema)
     async with pg_connection(store) as conn:
-        if await conn.fetchval("SELECT to_regclass($1)", f"{s}.cronoq_forwarded") is None:
-            return None
         row = await conn.fetchrow(
             f"SELECT pool, shard, version FROM {s}.cronoq_forwarded WHERE id = $1", _db_id(task_id)
         )
@@ -295,6 +287,20 @@ def _sqlite_fence(conn: sqlite3.Connection, holder: str, epoch: int) -> None:
         raise Fenced(f"epoch {epoch} is stale: the lease is at epoch {current}")
 
 
+@contextlib.contextmanager
+def _sqlite_fenced(conn: sqlite3.Connection, holder: str, epoch: int) -> Iterator[None]:
+    """One write transaction of the source's file, fenced by ``epoch``: committed whole or not at all."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        _sqlite_fence(conn, holder, epoch)
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
 def _sqlite_guarded(work: Callable[[], Any]) -> Any:
     try:
         return work()
@@ -306,8 +312,6 @@ def _sqlite_read_moves(path: str) -> dict[str, MoveRow]:
     def work() -> dict[str, MoveRow]:
         conn = _sqlite(path)
         try:
-            for ddl in _SQLITE_DDL:
-                conn.execute(ddl)
             rows = conn.execute(
                 "SELECT pool, move_id, target, version, phase, message, updated_at FROM cronoq_moves"
             ).fetchall()
@@ -325,15 +329,13 @@ def _sqlite_request(path: str, holder: str, epoch: int, row: MoveRow) -> MoveRow
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                for ddl in _SQLITE_DDL:
-                    conn.execute(ddl)
                 _sqlite_fence(conn, holder, epoch)
                 found = conn.execute(
                     "SELECT pool, move_id, target, version, phase, message, updated_at FROM cronoq_moves"
                     " WHERE pool = ?",
                     (row.pool,),
                 ).fetchone()
-                if found is not None and found[4] == "requested":
+                if found is not None and found[4] in ACTIVE:
                     conn.execute("ROLLBACK")
                     return _move(found)
                 conn.execute(
@@ -355,7 +357,7 @@ def _sqlite_request(path: str, holder: str, epoch: int, row: MoveRow) -> MoveRow
 
 
 def _sqlite_set_phase(path: str, holder: str, epoch: int, pool: str, move_id: str, phase: str, message: str,
-                      now: int) -> bool:  # fmt: skip
+                      now: int, expected: list[str]) -> bool:  # fmt: skip
     def work() -> bool:
         conn = _sqlite(path)
         try:
@@ -364,8 +366,8 @@ def _sqlite_set_phase(path: str, holder: str, epoch: int, pool: str, move_id: st
                 _sqlite_fence(conn, holder, epoch)
                 changed = conn.execute(
                     "UPDATE cronoq_moves SET phase = ?, message = ?, updated_at = ?"
-                    " WHERE pool = ? AND move_id = ? AND phase = 'requested'",
-                    (phase, message, now, pool, move_id),
+                    f" WHERE pool = ? AND move_id = ? AND phase IN ({', '.join('?' for _ in expected)})",
+                    (phase, message, now, pool, move_id, *expected),
                 ).rowcount
                 conn.execute("COMMIT")
             except BaseException:
@@ -384,16 +386,9 @@ def _sqlite_forwarded(path: str, task_id: int) -> tuple[str, str, int] | None:
     def work() -> tuple[str, str, int] | None:
         conn = _sqlite(path)
         try:
-            exists = conn.execute(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'cronoq_forwarded'"
+            row = conn.execute(
+                "SELECT pool, shard, version FROM cronoq_forwarded WHERE id = ?", (_db_id(task_id),)
             ).fetchone()
-            row = (
-                conn.execute(
-                    "SELECT pool, shard, version FROM cronoq_forwarded WHERE id = ?", (_db_id(task_id),)
-                ).fetchone()
-                if exists
-                else None
-            )
         finally:
             conn.close()
         return None if row is None else (str(row[0]), str(row[1]), int(row[2]))
@@ -429,11 +424,17 @@ def _sqlite_transfer(path: str, holder: str, epoch: int, move: MoveRow, source_s
             names = [row[0] for row in schedules]
             tran_cols = [c for c in _columns(source, "cronoq_task_transitions") if c != "seq"]
 
+            # From here on the target may hold the pool: the move can no longer be aborted.
+            with _sqlite_fenced(source, holder, epoch):
+                source.execute(
+                    "UPDATE cronoq_moves SET phase = 'transferring' WHERE pool = ? AND move_id = ?",
+                    (move.pool, move.move_id),
+                )
+
             # The target's half: rows it does not have yet, and the new placement.
             target.execute("BEGIN IMMEDIATE")
             try:
-                for ddl in _SQLITE_DDL:
-                    target.execute(ddl)
+                _sqlite_check_target(target, move.target)
                 present = {
                     row[0]
                     for row in target.execute("SELECT id FROM cronoq_tasks WHERE pool = ?", (move.pool,)).fetchall()
@@ -481,11 +482,7 @@ def _sqlite_transfer(path: str, holder: str, epoch: int, move: MoveRow, source_s
                 raise
 
             # The source's half, fenced by the epoch that carries the move out.
-            source.execute("BEGIN IMMEDIATE")
-            try:
-                _sqlite_fence(source, holder, epoch)
-                for ddl in _SQLITE_DDL:
-                    source.execute(ddl)
+            with _sqlite_fenced(source, holder, epoch):
                 source.executemany(
                     "INSERT OR IGNORE INTO cronoq_forwarded (id, pool, shard, version) VALUES (?, ?, ?, ?)",
                     [(task_id, move.pool, move.target, move.version) for task_id in ids],
@@ -497,11 +494,6 @@ def _sqlite_transfer(path: str, holder: str, epoch: int, move: MoveRow, source_s
                     "UPDATE cronoq_moves SET phase = 'done', message = '' WHERE pool = ? AND move_id = ?",
                     (move.pool, move.move_id),
                 )
-                source.execute("COMMIT")
-            except BaseException:
-                if source.in_transaction:
-                    source.execute("ROLLBACK")
-                raise
         finally:
             source.close()
             target.close()
@@ -509,6 +501,16 @@ def _sqlite_transfer(path: str, holder: str, epoch: int, move: MoveRow, source_s
 
     result: Transferred = _sqlite_guarded(work)
     return result
+
+
+def _sqlite_check_target(conn: sqlite3.Connection, target: str) -> None:
+    """The target's file must have been opened by this build (it has the move tables then)."""
+    try:
+        version = conn.execute("SELECT coalesce(max(version), 0) FROM cronoq_schema_version").fetchone()[0]
+    except sqlite3.OperationalError:  # no such table: the file was never opened as a store
+        version = 0
+    if version < POOL_MOVES_VERSION:
+        raise _not_ready(target, version)
 
 
 def _sqlite_place(conn: sqlite3.Connection, move: MoveRow) -> None:
@@ -533,6 +535,17 @@ async def _pg_columns(conn: Any, schema: str, table: str) -> list[str]:
     return [str(row["column_name"]) for row in rows]
 
 
+async def _pg_check_target(conn: Any, schema: str, target: str) -> None:
+    from .postgres import quote_schema
+
+    table = f"{quote_schema(schema)}.cronoq_schema_version"
+    version = 0
+    if await conn.fetchval("SELECT to_regclass($1)", table) is not None:
+        version = await conn.fetchval(f"SELECT coalesce(max(version), 0) FROM {table}")
+    if version < POOL_MOVES_VERSION:
+        raise _not_ready(target, version)
+
+
 async def _pg_transfer(store: Any, epoch: int, move: MoveRow, source_shard: str, target_schema: str,
                        template_pool: Callable[[str], str | None]) -> Transferred:  # fmt: skip
     from .postgres import fence_sql, quote_schema
@@ -541,9 +554,7 @@ async def _pg_transfer(store: Any, epoch: int, move: MoveRow, source_shard: str,
     async with pg_connection(store) as conn, conn.transaction():
         if await conn.fetchval(fence_sql(s), epoch, store.holder) is None:
             raise Fenced(f"epoch {epoch} no longer leads schema {store.schema}")
-        for ddl in _PG_DDL:
-            await conn.execute(ddl.format(s=s))
-            await conn.execute(ddl.format(s=t))
+        await _pg_check_target(conn, target_schema, move.target)
         task_cols = ", ".join(f'"{c}"' for c in await _pg_columns(conn, store.schema, "cronoq_tasks"))
         rec_cols = ", ".join(f'"{c}"' for c in await _pg_columns(conn, store.schema, "cronoq_recurring"))
         # Postgres numbers transitions by the commit that logged them (no table-wide key): kept as is.
@@ -617,4 +628,6 @@ async def _pg_transfer(store: Any, epoch: int, move: MoveRow, source_shard: str,
             move.pool,
             move.move_id,
         )
+        for schema in (store.schema, target_schema):  # both leaders learn it at the commit
+            await conn.execute(notify_sql("$1"), schema)
     return Transferred(int(moved), len(names))

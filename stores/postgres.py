@@ -1,9 +1,10 @@
 """``PostgresStore``: durable state in one Postgres schema, on asyncpg.
 
-Leadership: a session-level ``pg_try_advisory_lock`` on a dedicated connection (the lock
-session), tried every ``lock_poll``, plus a lease row (``cronoq_lease``) that the leader renews
-over that session every ``lease_renew`` and that lasts ``lease_ttl`` by the database's clock (see
-``_pg_lease``; the loop, expiry and step-down are ``_lease.LeaseKeeper``'s, shared with SQLite).
+Leadership: a session-level advisory lock on a dedicated connection (the lock session), waited
+for in turns of ``lock_poll`` (so a dead leader's lock passes on at once), plus a lease row
+(``cronoq_lease``) that the leader renews over that session every ``lease_renew`` and that lasts
+``lease_ttl`` by the database's clock (see ``_pg_lease``; the loop, expiry and step-down are
+``_lease.LeaseKeeper``'s, shared with SQLite).
 The lock key is derived from the schema name, so every instance configured with the same schema
 competes for the same lock, and different schemas are independent clusters. On success the epoch
 in ``cronoq_leader`` is incremented. A lock session that fails (a database restart, a broken
@@ -57,6 +58,8 @@ from cronoq.engine.types import NS_PER_S
 from cronoq.engine.views import TaskInfo, TaskQuery
 
 from . import _pg_events as E
+from . import _pg_recovery as P
+from . import _row_decode as D
 from . import _rows as R
 from . import _schema as S
 from . import history as H
@@ -80,6 +83,10 @@ from .base import (
 __all__ = ["PostgresStore", "apply_migrations", "lock_key", "quote_schema"]
 
 log = logging.getLogger("cronoq.stores.postgres")
+
+# A standby waits for the lock at most this long at a time: below Postgres's default
+# deadlock_timeout (1 s), after which a waiting session would run a deadlock check.
+_LOCK_WAIT_MAX = 0.9
 
 _SCHEMA_NAME = re.compile(r"[A-Za-z0-9_]{1,63}")
 
@@ -108,9 +115,11 @@ async def _init_session(conn: Any) -> None:
     plan for it. A plan made while the task table was small scans the table sequentially, and goes
     on doing so as the table grows: a full scan per commit, each row checked against every id of
     the step. Every statement the store runs has a primary-key or index path, so sequential scans
-    are ruled out for these sessions; recovery, which reads most of the table, turns them back on
-    for its own transaction. (A plain SET rather than a startup parameter, which connection
-    poolers such as PgBouncer refuse.)
+    are ruled out for these sessions. Recovery too reads the table through its primary key: rows
+    come in id order from the first one on, so they can be decoded while the rest are read, where
+    a sequential scan would have to be sorted (on disk, for a large backlog) before the first row.
+    (A plain SET rather than a startup parameter, which connection poolers such as PgBouncer
+    refuse.)
 
     JIT compilation is switched off too: ruling out sequential scans gives any plan that still
     needs one a huge cost estimate, which would make the server compile it with LLVM, tens of
@@ -350,10 +359,10 @@ class PostgresStore:
     (the lock session is one more connection). ``retention`` is the default window of
     ``recover``. ``compact_after``: once commits appended this many status events, the leader
     folds the log into the task rows in the background (``prune`` folds whatever is left first).
-    Leadership: standbys try the lock every ``lock_poll``; the leader's lease lasts ``lease_ttl``
-    and is renewed every ``lease_renew`` (default: ``keepalive``, the older name of that interval),
-    which must be shorter; ``session_timeout`` bounds each leadership statement and sets the lock
-    session's TCP keepalives.
+    Leadership: standbys wait for the lock, looking at the lease every ``lock_poll``; the leader's
+    lease lasts ``lease_ttl`` and is renewed every ``lease_renew`` (default: ``keepalive``, the
+    older name of that interval), which must be shorter; ``session_timeout`` bounds each
+    leadership statement and sets the lock session's TCP keepalives.
     """
 
     def __init__(
@@ -411,6 +420,7 @@ class PostgresStore:
             tag=self.tag,
             lease_ttl=lease_ttl,
             session_timeout=session_timeout,
+            lock_wait=min(lock_poll, _LOCK_WAIT_MAX),
         )
         self._lease = LeaseKeeper(
             self._lock,
@@ -676,42 +686,10 @@ class PostgresStore:
         await self.open()
         cutoff = now - (self.retention if retention is None else retention)
         s = self._s
-        cols = ", ".join(R.READ_COLUMNS)
-        rec = R.Recovery(self.codec, now)
+        rec = D.Recovery(self.codec, now)
         try:
             async with self._pool.acquire() as conn, conn.transaction(isolation="repeatable_read"):
-                await conn.execute("SET LOCAL enable_seqscan = on")
-                with R.gc_paused():
-                    # The log holds the latest status of tasks whose rows it has not been folded
-                    # into yet (a row that finished before the cutoff gets no more events).
-                    events = E.EventFold([r[0] for r in await conn.fetch(E.read_events_sql(s))])
-                    rows = await conn.fetch(
-                        f"SELECT {cols} FROM {s}.cronoq_tasks"
-                        " WHERE finished_at IS NULL OR finished_at >= $1 ORDER BY id",
-                        cutoff,
-                    )
-
-                    def decode(rows: list[Any]) -> None:
-                        for row in rows:
-                            if events.latest:
-                                row = events.apply(row)
-                                finished = row[R.T_FINISHED]
-                                if type(finished) is int and finished < cutoff:
-                                    continue  # finished before the retention window, per the log
-                            rec.add(row)
-
-                    # In a thread: decoding a large backlog takes seconds, during which the event
-                    # loop must go on renewing the lease.
-                    await asyncio.to_thread(decode, rows)
-                    del rows
-                ids, keys = rec.missing_parents()
-                if ids or keys:
-                    parents = await conn.fetch(
-                        f"SELECT {cols} FROM {s}.cronoq_tasks WHERE id = ANY($1::bigint[]) OR key = ANY($2::text[])",
-                        ids,
-                        keys,
-                    )
-                    rec.add_parents([events.apply(p) for p in parents], ids, keys)
+                await P.read_tasks(conn, s, rec, cutoff)
                 rec_rows = await conn.fetch(
                     f"SELECT {', '.join(R.RECURRING_COLUMNS)} FROM {s}.cronoq_recurring ORDER BY name"
                 )
@@ -725,12 +703,12 @@ class PostgresStore:
         result = Recovered(tasks=rec.ordered(), quarantined=len(rec.quarantined))
         for rrow in rec_rows:
             try:
-                result.recurring.append(R.decode_recurring(rrow, self.codec))
+                result.recurring.append(D.decode_recurring(rrow, self.codec))
             except Corrupt as exc:
-                R.log_bad_recurring(rrow[0], exc)
+                D.log_bad_recurring(rrow[0], exc)
                 result.quarantined += 1
         high_id = R.from_db_id(high) if high is not None else 0
-        result.id_high_water = max([high_id, *(t.record.id for t in result.tasks)])
+        result.id_high_water = max(high_id, result.tasks[-1].record.id) if result.tasks else high_id  # in id order
         return result
 
     async def _quarantine(self, bad: list[tuple[int, str]], now: int) -> None:
@@ -804,4 +782,4 @@ class PostgresStore:
             raise _map_error(exc, "output lookup") from exc
         if row is None or not row[0]:
             return False, None
-        return True, R.decode_output(self.codec, row[1])
+        return True, D.decode_output(self.codec, row[1])

@@ -39,6 +39,7 @@ from cronoq.engine.actions import Mutation, Recovered, RecoveredTask
 from cronoq.engine.types import NS_PER_S
 from cronoq.engine.views import TaskInfo, TaskQuery
 
+from . import _row_decode as D
 from . import _rows as R
 from . import _schema as S
 from . import history as H
@@ -509,17 +510,12 @@ class SqliteStore:
     async def recover(self, now: int, retention: int | None = None) -> Recovered:
         await self.open()
         cutoff = now - (self.retention if retention is None else retention)
-        rec = R.Recovery(self.codec, now)
-        with R.gc_paused():
+        rec = D.Recovery(self.codec, now)
+        with D.gc_paused():
             rows, rec_rows, high = await self._call("recovery", self._recover_sync, cutoff)
-
-            def decode(rows: list[Any]) -> None:
-                for row in rows:
-                    rec.add(row)
-
             # In a thread: decoding a large backlog takes seconds, during which the event loop
             # must go on renewing the lease.
-            await asyncio.to_thread(decode, rows)
+            await asyncio.to_thread(rec.add_rows, rows)
             del rows
         ids, keys = rec.missing_parents()
         if ids or keys:
@@ -542,9 +538,9 @@ class SqliteStore:
         result = Recovered(tasks=rec.ordered(), quarantined=len(rec.quarantined))
         for rrow in rec_rows:
             try:
-                result.recurring.append(R.decode_recurring(rrow, self.codec))
+                result.recurring.append(D.decode_recurring(rrow, self.codec))
             except Corrupt as exc:
-                R.log_bad_recurring(rrow[0], exc)
+                D.log_bad_recurring(rrow[0], exc)
                 result.quarantined += 1
         high_id = R.from_db_id(high) if high is not None else 0
         result.id_high_water = max([high_id, *(t.record.id for t in result.tasks)])
@@ -627,7 +623,7 @@ class SqliteStore:
         )
         if row is None or not row[0]:
             return False, None
-        return True, R.decode_output(self.codec, row[1])
+        return True, D.decode_output(self.codec, row[1])
 
 
 class _SqliteLease:

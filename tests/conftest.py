@@ -6,6 +6,9 @@ fsync off, stopped and deleted at the end of the session. As root the server run
 ``postgres`` OS user. Without Postgres binaries the fixture fails and says what to install.
 
 ``pg_schema`` (function): a fresh schema name; the schema is dropped after the test.
+
+Every test and the session as a whole fail when asyncio reports a task destroyed while pending
+(``tests/pending_tasks.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.pending_tasks import REPORTS
 
 INSTALL_HINT = (
     "PostgreSQL server binaries (initdb, pg_ctl) were not found. Install them, e.g. "
@@ -87,8 +92,9 @@ class _TempCluster:
                 shutil.chown(self.root, user="postgres", group="postgres")
             except (LookupError, PermissionError) as exc:
                 pytest.fail(f"running as root, but cannot hand {self.root} to the postgres user: {exc}")
-        init = self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "-E", "UTF8",
-                         "--locale=C", "--no-sync")  # fmt: skip
+        init = self._run(
+            "initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "-E", "UTF8", "--locale=C", "--no-sync"
+        )
         if init.returncode != 0:
             pytest.fail(f"initdb failed:\n{init.stdout}\n{init.stderr}")
         last = ""
@@ -98,8 +104,9 @@ class _TempCluster:
                 f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root} -c fsync=off "
                 "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
             )
-            started = self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60",
-                                "-o", options, "start")  # fmt: skip
+            started = self._run(
+                "pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60", "-o", options, "start"
+            )
             if started.returncode == 0:
                 return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
             last = started.stdout + started.stderr
@@ -116,8 +123,9 @@ class _TempCluster:
             f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root} -c fsync=off "
             "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
         )
-        started = self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60", "-o", options,
-                            "start")  # fmt: skip
+        started = self._run(
+            "pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60", "-o", options, "start"
+        )
         if started.returncode != 0:
             pytest.fail(f"could not restart the throwaway Postgres server:\n{started.stdout}{started.stderr}")
 
@@ -176,3 +184,13 @@ async def pg_schema(postgres_dsn: str) -> AsyncIterator[str]:
         await conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
     finally:
         await conn.close()
+
+
+@pytest.fixture(autouse=True)
+def no_task_left_pending() -> Iterator[None]:
+    yield
+    REPORTS.check_test()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    REPORTS.check_session(session)

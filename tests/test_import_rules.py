@@ -21,8 +21,10 @@ ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "architecture.md"
 PACKAGE = "cronoq"
 # Folders at the root installed as subpackages (pyproject's package-dir), and the package itself.
-FOLDERS = {"cronoq": "cronoq", **{name: f"cronoq.{name}" for name in
-                                 ("engine", "stores", "shard", "router", "cluster", "config", "chaos")}}  # fmt: skip
+FOLDERS = {
+    "cronoq": "cronoq",
+    **{name: f"cronoq.{name}" for name in ("engine", "stores", "shard", "router", "cluster", "config", "chaos")},
+}
 NOTHING = {"-", "\N{EN DASH}"}  # a cell that names no area
 GENERATED = re.compile(r"_pb2(_grpc)?\.pyi?$")
 

@@ -55,10 +55,21 @@ def test_strict_mode_refuses_loose_code_in_the_engine_and_the_rest_of_the_packag
     (package / "engine" / "loose.py").write_text(LOOSE_CODE)
     (package / "server" / "loose.py").write_text(LOOSE_CODE)
     run = subprocess.run(
-        [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"), "--no-incremental",
-         "-p", "cronoq"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--config-file",
+            str(ROOT / "pyproject.toml"),
+            "--no-incremental",
+            "-p",
+            "cronoq",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 1, run.stdout + run.stderr
     for module in ("engine", "server"):
         path = f"cronoq/{module}/loose.py"
@@ -88,10 +99,21 @@ def test_task_options_are_checked_at_every_caller(tmp_path: Path) -> None:
     probe = tmp_path / "callers.py"
     probe.write_text(CALLERS)
     run = subprocess.run(
-        [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"), "--cache-dir",
-         str(tmp_path / "cache"), str(probe)],
-        cwd=tree, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--config-file",
+            str(ROOT / "pyproject.toml"),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            str(probe),
+        ],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     errors = [line.split(": error: ", 1)[1] for line in run.stdout.splitlines() if ": error: " in line]
     lines = sorted({int(line.split(":")[1]) for line in run.stdout.splitlines() if ": error: " in line})
     assert lines == [7, 8, 9, 10, 11], run.stdout

@@ -31,6 +31,9 @@ class Drill:
     its own, so the drill can partition them with routes (``chaos/netns.py``)."""
     min_replicas: int = 1
     min_shards: int = 1
+    pools_per_shard: int = 1
+    """Pools each shard starts with; each gets workers, and producers cycle over every pool."""
+    min_producers: int = 1
     restart: bool = True
     """The launcher starts a dead replica again (it rejoins as a standby)."""
     pool_settings: Mapping[str, int | float] = field(default_factory=dict)
@@ -41,7 +44,7 @@ class Drill:
 
 DRILLS: dict[str, Drill] = {}
 
-_ORDER = ("leader", "store", "partition", "workers", "topology")
+_ORDER = ("leader", "store", "partition", "workers", "topology", "pool_move")
 """Modules listed first, in this order (``list`` and ``run all`` follow it); others come after."""
 
 

@@ -26,25 +26,28 @@ def receive_limit(options: Sequence[tuple[str, Any]]) -> int:
     return limit
 
 
-WORKER_KEEPALIVE: tuple[tuple[str, Any], ...] = (
+KEEPALIVE: tuple[tuple[str, Any], ...] = (
     ("grpc.keepalive_time_ms", 10_000),
     ("grpc.keepalive_timeout_ms", 5_000),
     # grpcio 1.85 waits for a ping's answer grpc.http2.ping_timeout_ms (60 s by default), not
     # keepalive_timeout_ms.
     ("grpc.http2.ping_timeout_ms", 5_000),
-    # An idle worker sends no data; by default gRPC stops pinging after two pings without data.
+    # An idle worker, or a Client waiting for a long Wait, sends no data; by default gRPC stops
+    # pinging after two pings without data.
     ("grpc.http2.max_pings_without_data", 0),
 )
-"""A Worker pings its server every 10 s and drops the connection when 5 s pass without an answer:
-a leader frozen by the kernel (SIGSTOP, a stalled VM) still answers TCP, and without pings its
-workers would stay on it after a standby took over (the failover drills found this). cronoq-server
-accepts a ping every 5 s (``grpc.http2.min_ping_interval_without_data_ms``)."""
+"""While a call or stream is open, a Client or Worker pings its server every 10 s and drops the
+connection when 5 s pass without an answer, so the call ends UNAVAILABLE: a leader frozen by the
+kernel (SIGSTOP, a stalled VM) still answers TCP, and without pings its workers would stay on it
+after a standby took over, and a Client call without a deadline would wait for it forever (the
+failover drills found both). A channel without calls does not ping. cronoq-server accepts a ping
+every 5 s (``grpc.http2.min_ping_interval_without_data_ms``)."""
 
 
-def with_keepalive(options: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
-    """``options`` plus the Worker's keepalive settings that the caller did not set itself."""
+def with_keepalive(options: Sequence[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """``options`` plus the keepalive settings (``KEEPALIVE``) that the caller did not set itself."""
     chosen = {key for key, _ in options}
-    return options + [(key, value) for key, value in WORKER_KEEPALIVE if key not in chosen]
+    return [*options, *((key, value) for key, value in KEEPALIVE if key not in chosen)]
 
 
 def strip_target(target: str) -> str:

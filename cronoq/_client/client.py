@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import grpc.aio
 
-from cronoq._client.channel import auth_metadata, open_channel, wants_tls
+from cronoq._client.channel import auth_metadata, open_channel, wants_tls, with_keepalive
 from cronoq._client.coalesce import SubmitCoalescer
 from cronoq._client.common import Payload, TaskRef
 from cronoq._client.encoding import (
@@ -50,6 +50,10 @@ class Client:
     ``coalesce=True`` merges concurrent ``submit`` calls into SubmitBatch calls transparently,
     each caller still getting its own answer or error (``cronoq._client.coalesce``): for a
     producer that submits many tasks one by one from many coroutines.
+
+    While a call is open the channel pings the server (``cronoq._client.channel.KEEPALIVE``), so a
+    call without a deadline on a frozen server ends UNAVAILABLE instead of waiting; ``options`` set
+    by the caller take precedence over those settings.
     """
 
     def __init__(
@@ -67,7 +71,7 @@ class Client:
         self._token = token or None
         self._secure = wants_tls(target, tls, credentials)
         self._credentials = credentials
-        self._options = list(options or ())
+        self._options = with_keepalive(options or ())
         self._metadata = auth_metadata(self._token)
         self._channel: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -73,8 +73,12 @@ class Heartbeats:
     their next ones; entries of leases that ended are dropped when they come up (or compacted).
     """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, send: Callable[[pb.WorkerMessage], None],
-                 still_running: Callable[[int, int], bool]) -> None:  # fmt: skip
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        send: Callable[[pb.WorkerMessage], None],
+        still_running: Callable[[int, int], bool],
+    ) -> None:
         self._loop = loop
         self._send = send
         self._still_running = still_running

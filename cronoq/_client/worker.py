@@ -85,8 +85,11 @@ class Worker:
         if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
             raise ValueError("slots must be an int of at least 1")
         if link is not None:
-            warnings.warn("Worker(link=...) has no effect: Work streams batch over gRPC; drop the argument",
-                          DeprecationWarning, stacklevel=2)  # fmt: skip
+            warnings.warn(
+                "Worker(link=...) has no effect: Work streams batch over gRPC; drop the argument",
+                DeprecationWarning,
+                stacklevel=2,
+            )
         self.target = target
         self.pool = pool
         self.slots = slots
@@ -238,8 +241,9 @@ class Worker:
         self._tracer = attempt_tracer()
         try:
             # As the generated stub, except that a batch may be handed over already encoded.
-            work = channel.stream_stream(_WORK_METHOD, request_serializer=serialize_outgoing,
-                                         response_deserializer=pb.ServerMessage.FromString)  # fmt: skip
+            work = channel.stream_stream(
+                _WORK_METHOD, request_serializer=serialize_outgoing, response_deserializer=pb.ServerMessage.FromString
+            )
             call = work(metadata=auth_metadata(self._token))
             return await self._run_session(WorkSession(call, self._still_running), receive_limit(options))
         finally:
@@ -459,8 +463,14 @@ class Worker:
             "task.kind": lease.kind,
             "task.attempt": lease.attempt,
         }
-        with tracer.start_as_current_span(SPAN_NAME, context=parent, kind=SpanKind.CONSUMER, attributes=attributes,
-                                          record_exception=False, set_status_on_exception=False) as span:  # fmt: skip
+        with tracer.start_as_current_span(
+            SPAN_NAME,
+            context=parent,
+            kind=SpanKind.CONSUMER,
+            attributes=attributes,
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span:
             reply = await self._outcome(record)
             if record.error is not None:
                 span.record_exception(record.error)

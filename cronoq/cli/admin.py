@@ -51,8 +51,12 @@ def disagreements(response: cpb.ListShardsResponse) -> list[str]:
 
 
 def topology(args: argparse.Namespace, conn: Connection, out: Out) -> Exit:
-    response: cpb.ListShardsResponse = call(conn, cpbg.ConsoleStub(conn.channel).ListShards, pb.Empty(),  # type: ignore[no-untyped-call]
-                                            "list the shards")  # fmt: skip
+    response: cpb.ListShardsResponse = call(
+        conn,
+        cpbg.ConsoleStub(conn.channel).ListShards,  # type: ignore[no-untyped-call]
+        pb.Empty(),
+        "list the shards",
+    )
     if args.output == "json":
         from cronoq.server.console.shapes import shards_json
 

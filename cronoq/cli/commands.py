@@ -315,8 +315,9 @@ class ShardsBack:
     stream can be opened again with it: every ``every`` seconds a one-task listing (same role as
     Watch) names the shards it could not ask."""
 
-    def __init__(self, conn: Connection, pools: Sequence[str], stream: Any, missing: Sequence[str],
-                 every: float) -> None:  # fmt: skip
+    def __init__(
+        self, conn: Connection, pools: Sequence[str], stream: Any, missing: Sequence[str], every: float
+    ) -> None:
         self.conn = conn
         self.request = pb.ListTasksRequest(pools=pools, limit=1)
         self.stream = stream

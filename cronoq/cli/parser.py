@@ -30,11 +30,19 @@ def _connection_options(parser: argparse.ArgumentParser, *, top_level: bool) -> 
     # Sub-parsers use SUPPRESS so an option given before the command is not reset to its default.
     default = None if top_level else argparse.SUPPRESS
     group = parser.add_argument_group("connection and output")
-    group.add_argument("--addr", metavar="URL", default=default,
-                       help=f"server address, http://host:port or https://host:port (default: ${ADDR_ENV} or "
-                            f"{DEFAULT_ADDR})")  # fmt: skip
-    group.add_argument("-o", "--output", choices=("table", "json"), default="table" if top_level else default,
-                       help="table for people (default) or json shaped like the HTTP API")  # fmt: skip
+    group.add_argument(
+        "--addr",
+        metavar="URL",
+        default=default,
+        help=f"server address, http://host:port or https://host:port (default: ${ADDR_ENV} or {DEFAULT_ADDR})",
+    )
+    group.add_argument(
+        "-o",
+        "--output",
+        choices=("table", "json"),
+        default="table" if top_level else default,
+        help="table for people (default) or json shaped like the HTTP API",
+    )
     group.add_argument(
         "--ca",
         type=Path,
@@ -73,12 +81,20 @@ def build() -> argparse.ArgumentParser:
     _connection_options(common, top_level=False)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    def command(name: str, help_text: str, parent: argparse._SubParsersAction | None = None,  # type: ignore[type-arg]
-                ) -> argparse.ArgumentParser:  # fmt: skip
+    def command(
+        name: str,
+        help_text: str,
+        parent: argparse._SubParsersAction | None = None,  # type: ignore[type-arg]
+    ) -> argparse.ArgumentParser:
         return (parent or commands).add_parser(
-            name, help=help_text, description=help_text, parents=[common], epilog=EXIT_CODES_HELP,
-            formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False,
-        )  # fmt: skip
+            name,
+            help=help_text,
+            description=help_text,
+            parents=[common],
+            epilog=EXIT_CODES_HELP,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            allow_abbrev=False,
+        )
 
     submit = command("submit", "submit a task; prints its id (with --wait: its output)")
     submit.add_argument("value", nargs="?", metavar="VALUE", help="the payload, sent as UTF-8 text (JSON with --json)")
@@ -133,8 +149,9 @@ def build() -> argparse.ArgumentParser:
     command("workers", "list connected workers")
     command("schedules", "list recurring schedules")
 
-    schedule = commands.add_parser("schedule", help="add or remove a recurring schedule (admin role)",
-                                   allow_abbrev=False)  # fmt: skip
+    schedule = commands.add_parser(
+        "schedule", help="add or remove a recurring schedule (admin role)", allow_abbrev=False
+    )
     schedule_commands = schedule.add_subparsers(dest="schedule_command", metavar="ACTION", required=True)
     add = command("add", "add or replace a cron schedule", schedule_commands)
     add.add_argument("name", metavar="NAME")
@@ -159,10 +176,17 @@ def build() -> argparse.ArgumentParser:
 
     admin = commands.add_parser("admin", help="operate a sharded cluster", allow_abbrev=False)
     admin_commands = admin.add_subparsers(dest="admin_command", metavar="ACTION", required=True)
-    command("topology", "where each shard's durable record places every pool, at which version, and where "
-            "shards or files disagree (metrics role)", admin_commands)  # fmt: skip
-    move = command("move-pool", "move a pool to another shard while the cluster runs (admin role; --status: "
-                   "metrics role)", admin_commands)  # fmt: skip
+    command(
+        "topology",
+        "where each shard's durable record places every pool, at which version, and where "
+        "shards or files disagree (metrics role)",
+        admin_commands,
+    )
+    move = command(
+        "move-pool",
+        "move a pool to another shard while the cluster runs (admin role; --status: metrics role)",
+        admin_commands,
+    )
     move.add_argument("pool", metavar="POOL")
     what = move.add_mutually_exclusive_group(required=True)
     what.add_argument("--to", metavar="SHARD", help="the shard to move the pool to")
@@ -184,8 +208,7 @@ def build() -> argparse.ArgumentParser:
         help="limit the task and event panes to these pools (repeatable, or a,b)",
     )
 
-    cluster = commands.add_parser("cluster", help="run a local multi-shard cluster (up, down, status)",
-                                  add_help=False)  # fmt: skip
+    cluster = commands.add_parser("cluster", help="run a local multi-shard cluster (up, down, status)", add_help=False)
     cluster.add_argument("cluster_args", nargs=argparse.REMAINDER)
 
     chaos = commands.add_parser("chaos", help="failover drills against real clusters (list, run)", add_help=False)

@@ -53,8 +53,9 @@ def _now() -> str:
 
 
 class Control:
-    def __init__(self, settings: OperatorSettings, kube: ScaleApi, *,
-                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+    def __init__(
+        self, settings: OperatorSettings, kube: ScaleApi, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.settings = settings
         self.kube = kube
         self.clock = clock
@@ -63,8 +64,9 @@ class Control:
 
     # -- what kopf reports ------------------------------------------------------------------
 
-    def seen(self, namespace: str, name: str, spec: Mapping[str, Any], generation: int | None,
-             status: Mapping[str, Any]) -> None:  # fmt: skip
+    def seen(
+        self, namespace: str, name: str, spec: Mapping[str, Any], generation: int | None, status: Mapping[str, Any]
+    ) -> None:
         key = (namespace, name)
         scaler = self.scalers.get(key)
         if scaler is None:
@@ -102,8 +104,9 @@ class Control:
             spec = specs[(scaler.namespace, scaler.name)]
             await self._reconcile(scaler, spec, views, now)
 
-    async def _reconcile(self, scaler: Scaler, spec: ScalerSpec | str, views: Mapping[str, ServerView],
-                         now: float) -> None:  # fmt: skip
+    async def _reconcile(
+        self, scaler: Scaler, spec: ScalerSpec | str, views: Mapping[str, ServerView], now: float
+    ) -> None:
         if isinstance(spec, str):
             scaler.due = now + 60.0
             await self._report(scaler, Decision(None, Reason.INVALID_SPEC, spec), None)
@@ -126,8 +129,13 @@ class Control:
             try:
                 await self.kube.scale(scaler.namespace, spec.deployment, decision.replicas)
             except Exception as error:
-                decision = Decision(None, Reason.SCALE_FAILED, f"setting {decision.replicas} replicas: {error}",
-                                    decision.desired_slots, decision.target)  # fmt: skip
+                decision = Decision(
+                    None,
+                    Reason.SCALE_FAILED,
+                    f"setting {decision.replicas} replicas: {error}",
+                    decision.desired_slots,
+                    decision.target,
+                )
             else:
                 replicas = decision.replicas
                 log.info("%s/%s: %s", scaler.namespace, scaler.name, decision.message)

@@ -173,8 +173,9 @@ def decide(spec: ScalerSpec, reading: Reading, current: int | None, targets: Tar
 _HEALTHY = {Reason.SCALED, Reason.UP_TO_DATE, Reason.HOLDING}
 
 
-def status_of(decision: Decision, replicas: int | None, generation: int | None, previous: Mapping[str, Any],
-              now: str) -> dict[str, Any]:  # fmt: skip
+def status_of(
+    decision: Decision, replicas: int | None, generation: int | None, previous: Mapping[str, Any], now: str
+) -> dict[str, Any]:
     """The scaler's ``status`` after ``decision``: ``replicas`` is what the Deployment has now,
     ``now`` an RFC 3339 time. Fields a failed reading cannot know keep their previous values."""
     status: dict[str, Any] = {
@@ -189,11 +190,13 @@ def status_of(decision: Decision, replicas: int | None, generation: int | None, 
     old = next((c for c in previous.get("conditions") or [] if c.get("type") == "Ready"), None)
     changed = old is None or old.get("status") != healthy
     since = now if old is None or changed else old.get("lastTransitionTime", now)
-    status["conditions"] = [{
-        "type": "Ready",
-        "status": healthy,
-        "reason": decision.reason,
-        "message": decision.message[:1024],
-        "lastTransitionTime": since,
-    }]  # fmt: skip
+    status["conditions"] = [
+        {
+            "type": "Ready",
+            "status": healthy,
+            "reason": decision.reason,
+            "message": decision.message[:1024],
+            "lastTransitionTime": since,
+        }
+    ]
     return {key: value for key, value in status.items() if value is not None}

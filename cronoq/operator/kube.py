@@ -74,8 +74,9 @@ class Kube:
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=self._timeout)
         data = None if body is None else json.dumps(body)
-        async with self._session.request(method, self.server + path, data=data, ssl=self._ssl,
-                                         headers=self._headers(MERGE_PATCH if data else None)) as response:  # fmt: skip
+        async with self._session.request(
+            method, self.server + path, data=data, ssl=self._ssl, headers=self._headers(MERGE_PATCH if data else None)
+        ) as response:
             text = await response.text()
             if response.status >= 400:
                 try:

@@ -90,9 +90,11 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cronoq-operator", description="Scale worker Deployments from cronoq pools' desired capacity."
     )
-    parser.add_argument("--config", default=os.environ.get("CRONOQ_OPERATOR_CONFIG", DEFAULT_CONFIG),
-                        help="the operator's TOML configuration (default: $CRONOQ_OPERATOR_CONFIG or "
-                             f"{DEFAULT_CONFIG})")  # fmt: skip
+    parser.add_argument(
+        "--config",
+        default=os.environ.get("CRONOQ_OPERATOR_CONFIG", DEFAULT_CONFIG),
+        help=f"the operator's TOML configuration (default: $CRONOQ_OPERATOR_CONFIG or {DEFAULT_CONFIG})",
+    )
     parser.add_argument(
         "--namespace",
         action="append",
@@ -120,8 +122,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     memo = Memo(settings=settings, control=None, task=None)
-    kopf.run(standalone=True, clusterwide=not args.namespace, namespaces=args.namespace,
-             liveness_endpoint=args.liveness, memo=memo)  # fmt: skip
+    kopf.run(
+        standalone=True,
+        clusterwide=not args.namespace,
+        namespaces=args.namespace,
+        liveness_endpoint=args.liveness,
+        memo=memo,
+    )
     return 0
 
 

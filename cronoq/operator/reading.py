@@ -40,10 +40,12 @@ class ServerView:
         if self.desired is None:
             return Reading.failed(self.reason, self.message)
         if pool not in self.desired:
-            missing = (f"; shards {', '.join(self.unavailable_shards)} could not be asked"
-                       if self.unavailable_shards else "")  # fmt: skip
-            return Reading.failed(Reason.POOL_NOT_REPORTED,
-                                  f"server {self.server!r} does not report pool {pool!r}{missing}")  # fmt: skip
+            missing = (
+                f"; shards {', '.join(self.unavailable_shards)} could not be asked" if self.unavailable_shards else ""
+            )
+            return Reading.failed(
+                Reason.POOL_NOT_REPORTED, f"server {self.server!r} does not report pool {pool!r}{missing}"
+            )
         return Reading.of(self.desired[pool])
 
 
@@ -73,8 +75,9 @@ class ServerReader:
         try:
             client = await self._current_client()
         except OSError as error:
-            return ServerView(name, None, reason=Reason.UNAUTHORIZED,
-                              message=f"server {name!r}: cannot read its token or CA: {error}")  # fmt: skip
+            return ServerView(
+                name, None, reason=Reason.UNAUTHORIZED, message=f"server {name!r}: cannot read its token or CA: {error}"
+            )
         except ClientError as error:
             return ServerView(name, None, reason=Reason.UNAUTHORIZED, message=f"server {name!r}: {error.message}")
         try:
@@ -84,8 +87,12 @@ class ServerReader:
             reason = Reason.UNAUTHORIZED if error.code in _UNAUTHORIZED else Reason.SERVER_UNAVAILABLE
             return ServerView(name, None, reason=reason, message=f"server {name!r}: {error.code}: {error.message}")
         except (TimeoutError, OSError) as error:
-            return ServerView(name, None, reason=Reason.SERVER_UNAVAILABLE,
-                              message=f"server {name!r} did not answer: {error or type(error).__name__}")  # fmt: skip
+            return ServerView(
+                name,
+                None,
+                reason=Reason.SERVER_UNAVAILABLE,
+                message=f"server {name!r} did not answer: {error or type(error).__name__}",
+            )
         return ServerView(
             name,
             {pool.name: pool.desired for pool in snapshot.pools},

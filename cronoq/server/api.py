@@ -24,7 +24,7 @@ from cronoq.config import Config, Role
 from cronoq.engine import Core, Snapshot, TaskInfo, TaskRef, TaskSpec, TaskStatus
 from cronoq.engine.cron import CronSchedule
 from cronoq.engine.recurring import RUN_KEY_SUFFIX_LEN, is_run_key
-from cronoq.engine.types import ConfigError
+from cronoq.engine.types import AdmissionError, ConfigError, SubmitCode
 from cronoq.engine.views import RecurringInfo
 from cronoq.proto import console_pb2 as cpb
 from cronoq.proto import cronoq_pb2 as pb
@@ -36,7 +36,7 @@ from . import convert
 from .auth import Principal
 from .errors import ApiError, Code, from_exception
 from .history import PAYLOAD_PREVIEW_BYTES, task_detail, task_query
-from .moves import PoolMoves
+from .moves import ABORTABLE, PoolMoves
 from .telemetry import TRACEPARENT, outgoing_traceparent
 
 __all__ = ["DEFAULT_LIST_LIMIT", "Api", "default_pool_name"]
@@ -79,8 +79,9 @@ MAX_NAME_LEN = 200
 
 
 class Api:
-    def __init__(self, config: Config, *, clock: Callable[[], int] = time.time_ns,
-                 topology: Topology | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, config: Config, *, clock: Callable[[], int] = time.time_ns, topology: Topology | None = None
+    ) -> None:
         self.config = config
         # The placements this server was built from (its shard's durable record, or the file).
         self.topology = topology if topology is not None else Topology.from_config(config)
@@ -100,6 +101,8 @@ class Api:
         # Pool moves (docs/pool-moves.md): set by the server when its shard keeps placements.
         self.moves: PoolMoves | None = None
         self.relead: Callable[[], None] = lambda: None
+        self.drain: Callable[[MoveRow, bool], None] = lambda move, start: None
+        """Start (True) or stop draining a pool for ``move`` (the app's ``_drain``)."""
         self.incoming: frozenset[str] = frozenset()
         """Pools handed to this shard that the next leadership will serve (UNAVAILABLE until then)."""
 
@@ -197,21 +200,43 @@ class Api:
         return spec
 
     def _check_one_shard(self, spec: TaskSpec) -> None:
-        """Dependencies and resources never span shards (ids carry their shard's number)."""
+        """Dependencies and resources never span shards (ids carry the number of the shard that
+        created them: with pool moves, a task of another shard's id may be held here, and the
+        engine answers for it)."""
         if not self.config.sharded:
             return
         for dep in spec.deps:
-            if isinstance(dep.target, int) and dep.target >> 56 != self._shard_number:
-                raise ApiError.invalid(f"dependency {dep.target} is a task of another shard; a task can only "
-                                       f"depend on tasks of its own shard")  # fmt: skip
+            if isinstance(dep.target, int) and dep.target >> 56 != self._shard_number and self.moves is None:
+                raise ApiError.invalid(
+                    f"dependency {dep.target} is a task of another shard; a task can only "
+                    f"depend on tasks of its own shard"
+                )
         for name in spec.resources:
             try:
                 owner = self.config.shard_of_resource(name)
             except KeyError:
                 continue  # unknown: the engine reports it
             if owner is not None and owner.number != self._shard_number:
-                raise ApiError.invalid(f"resource {name!r} belongs to shard {owner.name!r}; a task can only use "
-                                       f"its own shard's resources")  # fmt: skip
+                raise ApiError.invalid(
+                    f"resource {name!r} belongs to shard {owner.name!r}; a task can only use its own shard's resources"
+                )
+
+    def _foreign_dependency(self, exc: AdmissionError, specs: Sequence[TaskSpec]) -> ApiError | None:
+        """The refusal of a dependency on a task another shard created and this one does not hold:
+        with pool moves the id alone no longer decides (a moved pool's tasks keep their ids), so it
+        is told once the engine did not find it."""
+        if exc.code is not SubmitCode.UNKNOWN_DEPENDENCY or not self.config.sharded:
+            return None
+        spec = specs[exc.index or 0]
+        for dep in spec.deps:
+            target = dep.target
+            if isinstance(target, int) and target >> 56 != self._shard_number and exc.message.endswith(f" {target}"):
+                where = "" if exc.index is None else f"task {exc.index}: "
+                return ApiError.invalid(
+                    f"{where}dependency {target} is a task of another shard; a task can only "
+                    f"depend on tasks of its own shard"
+                )
+        return None
 
     async def _visible_info(self, principal: Principal, ref: TaskRef) -> tuple[TaskInfo, bool]:
         """A task the caller may see; tasks of other pools look like they do not exist."""
@@ -238,9 +263,14 @@ class Api:
         raise ApiError(
             Code.FAILED_PRECONDITION,
             f"task {task_id} moved with pool {pool!r} to shard {shard.name!r} at {shard.endpoint}",
-            (("cronoq-shard", shard.name), ("cronoq-shard-endpoint", shard.endpoint), (MOVED_KEY, str(task_id)),
-             (POOL_KEY, pool), (VERSION_KEY, str(version))),
-        )  # fmt: skip
+            (
+                ("cronoq-shard", shard.name),
+                ("cronoq-shard-endpoint", shard.endpoint),
+                (MOVED_KEY, str(task_id)),
+                (POOL_KEY, pool),
+                (VERSION_KEY, str(version)),
+            ),
+        )
 
     async def _check_references(self, principal: Principal, specs: Sequence[TaskSpec]) -> None:
         """For pool-scoped callers, before admission: keys of the new tasks must not be in use
@@ -274,16 +304,19 @@ class Api:
                 pool = found[position]
                 position += 1
                 if pool is not None and not principal.sees(pool):
-                    raise ApiError(Code.FAILED_PRECONDITION,
-                                   f"{where}key {spec.key!r} is in use outside this credential's pools")  # fmt: skip
+                    raise ApiError(
+                        Code.FAILED_PRECONDITION, f"{where}key {spec.key!r} is in use outside this credential's pools"
+                    )
             for dep in spec.deps:
                 pool = found[position]
                 position += 1
                 if pool is not None and not principal.sees(pool):
                     raise ApiError.not_found(f"{where}unknown dependency {dep.target!r}")
                 if pool is None and isinstance(dep.target, str) and dep.target not in defined:
-                    raise ApiError.not_found(f"{where}unknown dependency {dep.target!r} (a credential scoped to "
-                                             f"pools cannot wait for a key no task holds yet)")  # fmt: skip
+                    raise ApiError.not_found(
+                        f"{where}unknown dependency {dep.target!r} (a credential scoped to "
+                        f"pools cannot wait for a key no task holds yet)"
+                    )
 
     async def _check_duplicates(self, principal: Principal, ids: Sequence[int]) -> None:
         """A duplicate key resolves to an existing task: refuse one the caller may not see."""
@@ -306,7 +339,10 @@ class Api:
         service = self.current()
         spec = self._spec(principal, request.task, self.clock(), outgoing_traceparent())
         await self._check_references(principal, [spec])
-        task_id, duplicate = await service.submit(spec)
+        try:
+            task_id, duplicate = await service.submit(spec)
+        except AdmissionError as exc:
+            raise self._foreign_dependency(exc, [spec]) or exc from None
         if duplicate:
             await self._check_duplicates(principal, [task_id])
         response = pb.SubmitResponse(id=task_id, duplicate=duplicate)
@@ -333,7 +369,10 @@ class Api:
             except ApiError as err:
                 raise ApiError(err.code, f"task {index}: {err.message}", err.metadata) from None
         await self._check_references(principal, specs)
-        admitted = await service.submit_batch(specs)
+        try:
+            admitted = await service.submit_batch(specs)
+        except AdmissionError as exc:
+            raise self._foreign_dependency(exc, specs) or exc from None
         duplicates = [task_id for task_id, duplicate in admitted if duplicate]
         if duplicates:
             await self._check_duplicates(principal, duplicates)
@@ -416,8 +455,9 @@ class Api:
         pools = self._scope(principal, list(request.pools))
         keys = [convert.text(key, "keys") for key in request.keys]
         service = self.current()
-        subscription = service.watch(None if pools is None else set(pools), list(request.ids), keys,
-                                     request.all_transitions)  # fmt: skip
+        subscription = service.watch(
+            None if pools is None else set(pools), list(request.ids), keys, request.all_transitions
+        )
         return _events(subscription)
 
     # ------------------------------------------------------------------------------- Admin
@@ -451,8 +491,11 @@ class Api:
         process = None
         if not principal.scoped:  # shard-wide facts: not for a caller that sees only some pools
             trouble = self.store_trouble
-            process = ProcessFigures(leader_epoch=service.driver.epoch, store_commit_errors=trouble.commit_errors,
-                                     store_fenced_commits=trouble.fenced_commits)  # fmt: skip
+            process = ProcessFigures(
+                leader_epoch=service.driver.epoch,
+                store_commit_errors=trouble.commit_errors,
+                store_fenced_commits=trouble.fenced_commits,
+            )
         return render(snap, workers, service.desired, process), CONTENT_TYPE
 
     @_api_errors
@@ -462,10 +505,12 @@ class Api:
         template = spec.template
         longest = self.limits.max_key_len - RUN_KEY_SUFFIX_LEN
         if template.key is not None and len(template.key) > longest:
-            raise ApiError.invalid(f"template.key is too long: each run's key is '<key>@<start in UTC>', "
-                                   f"{RUN_KEY_SUFFIX_LEN} characters more, and keys may have at most "
-                                   f"{self.limits.max_key_len} (limits.max_key_len), so the template's key at "
-                                   f"most {max(0, longest)}")  # fmt: skip
+            raise ApiError.invalid(
+                f"template.key is too long: each run's key is '<key>@<start in UTC>', "
+                f"{RUN_KEY_SUFFIX_LEN} characters more, and keys may have at most "
+                f"{self.limits.max_key_len} (limits.max_key_len), so the template's key at "
+                f"most {max(0, longest)}"
+            )
         template.pool = self.resolve_pool(principal, template.pool)
         template.tenant = principal.tenant_for(template.tenant)
         service = self.current()
@@ -476,12 +521,14 @@ class Api:
                 # Replacing a schedule of a pool outside the scope would move it into the caller's;
                 # sharing its key would take its runs' keys first (and so silence its runs).
                 if info.name == spec.name:
-                    raise ApiError(Code.FAILED_PRECONDITION,
-                                   f"schedule {spec.name!r} exists outside this credential's pools")  # fmt: skip
+                    raise ApiError(
+                        Code.FAILED_PRECONDITION, f"schedule {spec.name!r} exists outside this credential's pools"
+                    )
                 if template.key is not None and info.key == template.key:
-                    raise ApiError(Code.FAILED_PRECONDITION,
-                                   f"key {template.key!r} is in use by a schedule outside this credential's "
-                                   f"pools")  # fmt: skip
+                    raise ApiError(
+                        Code.FAILED_PRECONDITION,
+                        f"key {template.key!r} is in use by a schedule outside this credential's pools",
+                    )
         await service.add_recurring(spec)
         return pb.Empty()
 
@@ -523,29 +570,39 @@ class Api:
         principal.require(Role.METRICS)
         service = self.current()
         local = self.config.local_shard()
-        info = cpb.ShardInfo(leader=self.address, host=socket.gethostname(), pid=os.getpid(),
-                             epoch=service.driver.epoch, leading_since_unix_ns=self._leading_since,
-                             version=__version__, store=self.config.store.kind,
-                             pools=principal.visible(self.pools))  # fmt: skip
+        info = cpb.ShardInfo(
+            leader=self.address,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            epoch=service.driver.epoch,
+            leading_since_unix_ns=self._leading_since,
+            version=__version__,
+            store=self.config.store.kind,
+            pools=principal.visible(self.pools),
+        )
         if local is not None:
             info.name, info.number, info.endpoint = local.name, local.number, local.endpoint
             for pool, placement in sorted(self.topology.placements().items()):
                 if principal.sees(pool):
                     info.placements.add(pool=pool, shard=placement.shard, version=placement.version)
                     info.topology_version = max(info.topology_version, placement.version)
-            info.topology_differences.extend(note for pool, note in sorted(self.topology.differences.items())
-                                             if principal.sees(pool))  # fmt: skip
+            info.topology_differences.extend(
+                note for pool, note in sorted(self.topology.differences.items()) if principal.sees(pool)
+            )
         return cpb.ListShardsResponse(shards=[info])
 
     def describe_replica(self, principal: Principal) -> cpb.ReplicaInfo:
         """This process as one replica of its shard (metrics role): whether it leads now."""
         principal.require(Role.METRICS)
-        return cpb.ReplicaInfo(state="leader" if self.serving else "standby", host=socket.gethostname(),
-                               pid=os.getpid(), version=__version__)  # fmt: skip
+        return cpb.ReplicaInfo(
+            state="leader" if self.serving else "standby",
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            version=__version__,
+        )
 
     @_api_errors
-    async def list_schedules(self, principal: Principal, request: pb.Empty | None = None
-                             ) -> cpb.ListSchedulesResponse:  # fmt: skip
+    async def list_schedules(self, principal: Principal, request: pb.Empty | None = None) -> cpb.ListSchedulesResponse:
         """The schedules the caller may see, with what ``ListRecurring`` cannot say (metrics role)."""
         principal.require(Role.METRICS)
         now = self.clock()
@@ -566,15 +623,20 @@ class Api:
 
     def _moves(self) -> PoolMoves:
         if self.moves is None:
-            raise ApiError(Code.FAILED_PRECONDITION, "pools move between the shards of a sharded cluster on SQLite or "
-                                                     "Postgres only")  # fmt: skip
+            raise ApiError(
+                Code.FAILED_PRECONDITION,
+                "pools move between the shards of a sharded cluster on SQLite or Postgres only",
+            )
         return self.moves
 
     def _move_status(self, pool: str, move: MoveRow | None) -> cpb.MoveStatus:
         local = self.config.local_shard()
         placement = self.topology.placement(pool)
-        status = cpb.MoveStatus(pool=pool, shard=local.name if local is not None else "",
-                                placement_version=placement.version if placement is not None else 0)  # fmt: skip
+        status = cpb.MoveStatus(
+            pool=pool,
+            shard=local.name if local is not None else "",
+            placement_version=placement.version if placement is not None else 0,
+        )
         if move is not None:
             status.move_id, status.target, status.version = move.move_id, move.target, move.version
             status.phase, status.message, status.updated_unix_ns = move.phase, move.message, move.updated_at
@@ -582,8 +644,8 @@ class Api:
 
     @_api_errors
     async def move_pool(self, principal: Principal, request: cpb.MovePoolRequest) -> cpb.MoveStatus:
-        """Record a move of a pool this shard serves, then take the lead again to carry it out
-        (docs/pool-moves.md). Admin role; a scoped admin only for pools in its scope."""
+        """Record a move of a pool this shard serves and drain the pool; the next leadership
+        carries it out (docs/pool-moves.md). Admin role; a scoped admin only for pools in its scope."""
         principal.require(Role.ADMIN)
         pool = convert.text(request.pool, "pool", MAX_NAME_LEN)
         self.check_pool(principal, pool)  # in scope, known, and served here (or: which shard serves it)
@@ -596,14 +658,16 @@ class Api:
         if target == local.name:
             raise ApiError.invalid(f"to: pool {pool!r} is already served by shard {target!r}")
         if self.pools == (pool,):
-            raise ApiError(Code.FAILED_PRECONDITION, f"pool {pool!r} is the last pool of shard {local.name!r}; a "
-                                                     f"shard runs at least one pool")  # fmt: skip
+            raise ApiError(
+                Code.FAILED_PRECONDITION,
+                f"pool {pool!r} is the last pool of shard {local.name!r}; a shard runs at least one pool",
+            )
         service = self.current()
         placement = self.topology.placement(pool)
         version = (placement.version if placement is not None else 1) + 1
         move, new = await moves.request(service.driver.epoch or 0, pool, target, version)
         if new:
-            self.relead()
+            self.drain(move, True)
         return self._move_status(pool, move)
 
     @_api_errors
@@ -617,16 +681,26 @@ class Api:
 
     @_api_errors
     async def abort_move(self, principal: Principal, request: cpb.MoveRequest) -> cpb.MoveStatus:
-        """Abandon a pool's move that has not been carried out yet (admin role)."""
+        """Abandon a pool's move while nothing of it has reached the target (admin role); otherwise
+        FAILED_PRECONDITION naming the move's phase and what to do instead."""
         principal.require(Role.ADMIN)
         pool = convert.text(request.pool, "pool", MAX_NAME_LEN)
         self.check_pool(principal, pool)
         service = self.current()
-        move = await self._moves().abort(service.driver.epoch or 0, pool)
-        return self._move_status(pool, move)
+        moves = self._moves()
+        move = await moves.latest(pool)
+        if move is None:
+            raise ApiError(Code.FAILED_PRECONDITION, f"pool {pool!r} has no move to abort on this shard")
+        if move.phase in ABORTABLE and await moves.abort(service.driver.epoch or 0, move):
+            self.drain(move, False)
+            return self._move_status(pool, await moves.latest(pool))
+        local = self.config.local_shard()
+        now = await moves.latest(pool) or move
+        raise ApiError(Code.FAILED_PRECONDITION, _cannot_abort(now, local.name if local is not None else ""))
 
-    async def _switch_schedule(self, principal: Principal, request: cpb.ScheduleRequest, *,
-                               paused: bool) -> cpb.ScheduleResponse:  # fmt: skip
+    async def _switch_schedule(
+        self, principal: Principal, request: cpb.ScheduleRequest, *, paused: bool
+    ) -> cpb.ScheduleResponse:
         principal.require(Role.ADMIN)
         name = convert.text(request.name, "name")
         service = self.current()
@@ -636,6 +710,20 @@ class Api:
             if info is None or not principal.sees(info.pool):
                 return cpb.ScheduleResponse(found=False)
         return cpb.ScheduleResponse(found=await service.pause_recurring(name, paused))
+
+
+def _cannot_abort(move: MoveRow, source: str) -> str:
+    """Why ``move`` cannot be aborted in its phase, and what to do instead."""
+    what = f"the move of pool {move.pool!r} to shard {move.target!r} is {move.phase!r}"
+    if move.phase == "transferring":
+        return (
+            f"{what}: the target may own the pool already, so it cannot be aborted; it finishes at this "
+            f"shard's next leadership; then move it back with `cronoq admin move-pool {move.pool} --to "
+            f"{source}`"
+        )
+    if move.phase == "done":
+        return f"{what}: move it back with `cronoq admin move-pool {move.pool} --to {source}`"
+    return f"{what}: it is over, there is nothing to abort"
 
 
 def _schedule(info: RecurringInfo, now: int) -> cpb.Schedule:

@@ -38,6 +38,7 @@ from cronoq.shard.blob import BlobCodec
 from cronoq.shard.driver import DriverOptions
 from cronoq.shard.service import ServiceOptions, ShardService
 from cronoq.stores.base import SchemaTooNew, ShardMismatch, Store
+from cronoq.stores.pool_moves import MoveRow
 
 from . import telemetry
 from .api import Api
@@ -55,6 +56,8 @@ __all__ = ["BindError", "ServerApp", "make_store"]
 
 RELEAD_GRACE_S = 1.0
 """Longest running attempts are given when a leader steps down for a pool move."""
+DRAIN_POLL_S = 0.02
+"""How often a leader draining a pool for a move looks whether any of its attempts still runs."""
 
 log = logging.getLogger("cronoq.server")
 
@@ -69,6 +72,9 @@ class Listening:
 
     role: str  # "standby" or "leader"
     grpc: str
+    # The HTTP gateway's and the metrics listener's addresses as bound (a port 0 resolved).
+    http: str | None = None
+    metrics: str | None = None
 
 
 def make_store(config: Config) -> Store:
@@ -146,8 +152,9 @@ def _keep_finished_s(config: Config) -> float | None:
 
 
 class ServerApp:
-    def __init__(self, config: Config, *, on_listening: Callable[[Listening], None] | None = None,
-                 store: Store | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, config: Config, *, on_listening: Callable[[Listening], None] | None = None, store: Store | None = None
+    ) -> None:
         self.config = config
         self.file_config = config
         """The configuration as read; ``config`` is it with the pools the shard's durable placements
@@ -166,6 +173,8 @@ class ServerApp:
             self.moves = PoolMoves(self.store, local.name, lambda shard: config.store_namespace(shard) or "")
         self.api.moves = self.moves
         self.api.relead = self._relead.set
+        self.api.drain = self._drain
+        self._draining: dict[str, asyncio.Task[None]] = {}
         self.on_listening = on_listening
         self._core_config = core_config(config)
         self._credentials = _credentials(config)
@@ -201,13 +210,15 @@ class ServerApp:
     # ------------------------------------------------------------------------------- listeners
 
     async def _listen(self, *, standby: bool) -> grpc.aio.Server:
-        server = grpc.aio.server(options=server_options(self.config, standby=standby),
-                                 interceptors=telemetry.grpc_interceptors())  # fmt: skip
+        server = grpc.aio.server(
+            options=server_options(self.config, standby=standby), interceptors=telemetry.grpc_interceptors()
+        )
         services = GrpcServices(self.api, self.authenticator, router=self.router, standby=standby, unary=self.unary)
         services.add_to(server)
         # Calls other nodes forward here, several per message on one stream per node.
-        forwarding = ForwardService(self.router, self.authenticator, self.unary, services.principal_of,
-                                    self.config.limits.max_message_bytes)  # fmt: skip
+        forwarding = ForwardService(
+            self.router, self.authenticator, self.unary, services.principal_of, self.config.limits.max_message_bytes
+        )
         forwarding.add_to(server)
         address = _format_addr(self._host, self._port)
         if self.web_front is not None:
@@ -231,7 +242,9 @@ class ServerApp:
         self.api.address = self.grpc_address
         log.info("listening (%s) grpc=%s", role, self.grpc_address)
         if self.on_listening is not None:
-            self.on_listening(Listening(role, self.grpc_address))
+            http = self.http
+            http_address, metrics_address = (http.address, http.metrics_address) if http is not None else (None, None)
+            self.on_listening(Listening(role, self.grpc_address, http_address, metrics_address))
         return server
 
     # ------------------------------------------------------------------------------- lifecycle
@@ -245,8 +258,9 @@ class ServerApp:
         # The HTTP gateway runs for the whole process: it asks the Api on every request whether
         # this node is the serving leader (standbys answer 503, /readyz included).
         try:
-            self.http = await start_http(self.api, self.config, authenticator=self.authenticator, router=self.router,
-                                         unary=self.unary)  # fmt: skip
+            self.http = await start_http(
+                self.api, self.config, authenticator=self.authenticator, router=self.router, unary=self.unary
+            )
         except ListenError as exc:
             raise BindError(str(exc)) from None
         try:
@@ -362,6 +376,36 @@ class ServerApp:
         self.api.incoming = placed - frozenset(self.api.pools)
         self._relead.set()
 
+    def _drain(self, move: MoveRow, start: bool) -> None:
+        """Start (or stop) draining ``move``'s pool under the current leadership."""
+        running = self._draining.pop(move.pool, None)
+        if running is not None:
+            running.cancel()
+        if start and self.service is not None:
+            self._draining[move.pool] = asyncio.ensure_future(self._drained(self.service, move))
+        elif not start and self.service is not None:
+            service = self.service
+            self._draining[move.pool] = asyncio.ensure_future(service.withhold(move.pool, False))
+
+    async def _drained(self, service: ShardService, move: MoveRow) -> None:
+        """Start no attempt of the pool; once none of it runs, mark the move ``requested`` and take
+        the lead again, which carries it out (docs/pool-moves.md: running attempts end here)."""
+        assert self.moves is not None
+        while True:
+            try:
+                await service.withhold(move.pool)
+                while await service.running_in(move.pool) > 0:
+                    await asyncio.sleep(DRAIN_POLL_S)
+                if await self.moves.drained(service.driver.epoch or 0, move):
+                    log.info("pool %r drained for its move to shard %r", move.pool, move.target)
+                    self._relead.set()
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the store's troubles: the driver notices them too
+                log.warning("draining pool %r for its move: %s; retrying", move.pool, exc)
+                await asyncio.sleep(DRAIN_POLL_S * 10)
+
     async def _lead(self, service: ShardService) -> str:
         """Serve as the leader until stop() ("stop"), leadership is lost ("lost") or a pool move
         asks for a new leadership ("relead")."""
@@ -379,12 +423,13 @@ class ServerApp:
         try:
             await asyncio.wait({lost, stopping, relead}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for waiter in (stopping, relead, watching):
-                if waiter is not None:
-                    waiter.cancel()
+            # The move watcher and drains may be inside a store call: they end before the next leadership.
+            draining = list(self._draining.values())
+            self._draining.clear()
+            await _cancel_and_wait(stopping, relead, watching, *draining)
         if lost.done():
             return "lost"
-        lost.cancel()
+        await _cancel_and_wait(lost)
         return "stop" if self._stop.is_set() else "relead"
 
     async def _graceful(self, service: ShardService, server: grpc.aio.Server) -> None:
@@ -393,6 +438,16 @@ class ServerApp:
         # Work streams send Shutdown and linger briefly; unary calls in flight finish.
         await _stop_server(server, SHUTDOWN_LINGER_S + 0.5)
         log.info("stopped")
+
+
+async def _cancel_and_wait(*tasks: asyncio.Future[Any] | None) -> None:
+    """Cancel ``tasks`` (None: absent) and wait until each has ended, so none outlives its owner."""
+    ending = [task for task in tasks if task is not None]
+    for task in ending:
+        task.cancel()
+    for outcome in await asyncio.gather(*ending, return_exceptions=True):
+        if isinstance(outcome, Exception):
+            log.warning("a background task failed: %s", outcome, exc_info=outcome)
 
 
 async def _stop_server(server: grpc.aio.Server, grace: float) -> None:
@@ -439,8 +494,7 @@ class _WebhookScaler:
             sent = desired
 
     async def close(self) -> None:
-        for sender in self._senders.values():
-            sender.cancel()
+        await _cancel_and_wait(*self._senders.values())  # before their session closes
         if self._session is not None:
             await self._session.close()
 

@@ -2,8 +2,9 @@
 
 ``Authenticator.authenticate`` turns the credentials of a request (the ``authorization`` header or
 metadata value, and the DNS names of a verified client certificate) into a ``Principal``. A bearer
-token is looked up by its SHA-256 digest in constant time and beats a certificate. Without any
-configured credential every caller is an unscoped admin.
+token is looked up by its SHA-256 digest in constant time and beats a certificate; a value that
+matched is remembered (``VERIFIED_CREDENTIALS`` of them), so a client's later calls skip the
+lookup. Without any configured credential every caller is an unscoped admin.
 
 A ``Principal`` answers the authorization questions of every handler: role checks, pool scopes
 (``pools``), forced tenant and the worker labels it may claim. The gRPC servicers and the HTTP
@@ -22,6 +23,8 @@ from .errors import ApiError, Code
 __all__ = ["ANONYMOUS_ADMIN", "Authenticator", "Principal", "Role"]
 
 _BEARER = "bearer "
+VERIFIED_CREDENTIALS = 1024
+"""How many verified ``authorization`` values an ``Authenticator`` remembers (then it starts over)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,8 +66,9 @@ class Principal:
 
     def require(self, *roles: Role) -> None:
         """PERMISSION_DENIED unless this caller has one of ``roles`` (admin has them all)."""
-        if any(self.role.grants(role) for role in roles):
-            return
+        for role in roles:
+            if self.role.grants(role):
+                return
         needed = " or ".join(role.value for role in roles)
         raise ApiError(Code.PERMISSION_DENIED, f"this call needs the {needed} role")
 
@@ -121,6 +125,10 @@ class Authenticator:
     def __init__(self, auth: AuthConfig) -> None:
         self._auth = auth
         self._names = {id(spec): f"token #{i + 1} ({spec.role.value})" for i, spec in enumerate(auth.tokens)}
+        # Authorization values that matched a token, with their principal: a client sends the
+        # same one with every call, and hashing it against every configured digest each time
+        # costs more than the rest of a small request's checks. Refused values are not kept.
+        self._verified: dict[str, Principal] = {}
 
     @property
     def enabled(self) -> bool:
@@ -135,6 +143,8 @@ class Authenticator:
         if not self._auth.enabled:
             return ANONYMOUS_ADMIN
         if authorization:
+            if (known := self._verified.get(authorization)) is not None:
+                return known
             token = _bearer_token(authorization)
             if token is None:
                 raise ApiError(Code.UNAUTHENTICATED, "the authorization value must be 'Bearer <token>'")
@@ -145,7 +155,11 @@ class Authenticator:
             spec = self._auth.authenticate(token)
             if spec is None:
                 raise ApiError(Code.UNAUTHENTICATED, "unknown token")
-            return Principal.of(spec, self._names.get(id(spec), "token"), authorization=authorization)
+            principal = Principal.of(spec, self._names.get(id(spec), "token"), authorization=authorization)
+            if len(self._verified) >= VERIFIED_CREDENTIALS:
+                self._verified.clear()
+            self._verified[authorization] = principal
+            return principal
         if cert_dns_names:
             cert = self._auth.cert_for(cert_dns_names)
             if cert is not None:

@@ -6,6 +6,7 @@ Its calls go through the same authentication, bounds and router as every unary c
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -13,6 +14,7 @@ import grpc
 from cronoq.proto import console_pb2 as cpb
 from cronoq.proto import console_pb2_grpc as cpbg
 from cronoq.proto import cronoq_pb2 as pb
+from cronoq.router import Router
 
 from .errors import from_exception
 
@@ -20,6 +22,18 @@ if TYPE_CHECKING:
     from .grpc_service import GrpcServices
 
 __all__ = ["ConsoleServicer"]
+
+
+def _routed(router_method: str) -> Callable[[ConsoleServicer, Any, Any], Awaitable[Any]]:
+    """A Console method that runs its call as every unary call runs, through ``Router.<router_method>``."""
+    if not callable(getattr(Router, router_method, None)):
+        raise AttributeError(f"Router has no method {router_method!r}")
+
+    async def method(self: ConsoleServicer, request: Any, context: Any) -> Any:
+        services = self._services
+        return await services.run_unary(context, request, getattr(services.router, router_method))
+
+    return method
 
 
 class ConsoleServicer(cpbg.ConsoleServicer):
@@ -31,17 +45,16 @@ class ConsoleServicer(cpbg.ConsoleServicer):
 
         register_services(server, cpb, self, tuple(cpb.DESCRIPTOR.services_by_name))
 
-    async def SearchTasks(self, request: cpb.SearchTasksRequest, context: Any) -> pb.ListTasksResponse:
-        services = self._services
-        return await services.run_unary(context, request, services.router.search_tasks)
-
-    async def GetTaskDetail(self, request: pb.GetRequest, context: Any) -> cpb.TaskDetail:
-        services = self._services
-        return await services.run_unary(context, request, services.router.task_detail)
-
-    async def ListShards(self, request: pb.Empty, context: Any) -> cpb.ListShardsResponse:
-        services = self._services
-        return await services.run_unary(context, request, services.router.list_shards)
+    # Every method but DescribeReplica: its Router method, which may forward it to another shard.
+    SearchTasks = _routed("search_tasks")
+    GetTaskDetail = _routed("task_detail")
+    ListShards = _routed("list_shards")
+    ListSchedules = _routed("list_schedules")
+    PauseSchedule = _routed("pause_schedule")
+    ResumeSchedule = _routed("resume_schedule")
+    MovePool = _routed("move_pool")
+    GetMove = _routed("get_move")
+    AbortMove = _routed("abort_move")
 
     async def DescribeReplica(self, request: pb.Empty, context: Any) -> cpb.ReplicaInfo:
         """This process, leader or standby (a standby answers this one call): never forwarded."""
@@ -56,27 +69,3 @@ class ConsoleServicer(cpbg.ConsoleServicer):
             return services.api.describe_replica(principal)
         except Exception as exc:
             return await abort_call(context, from_exception(exc))  # type: ignore[no-any-return]
-
-    async def ListSchedules(self, request: pb.Empty, context: Any) -> cpb.ListSchedulesResponse:
-        services = self._services
-        return await services.run_unary(context, request, services.router.list_schedules)
-
-    async def PauseSchedule(self, request: cpb.ScheduleRequest, context: Any) -> cpb.ScheduleResponse:
-        services = self._services
-        return await services.run_unary(context, request, services.router.pause_schedule)
-
-    async def ResumeSchedule(self, request: cpb.ScheduleRequest, context: Any) -> cpb.ScheduleResponse:
-        services = self._services
-        return await services.run_unary(context, request, services.router.resume_schedule)
-
-    async def MovePool(self, request: cpb.MovePoolRequest, context: Any) -> cpb.MoveStatus:
-        services = self._services
-        return await services.run_unary(context, request, services.router.move_pool)
-
-    async def GetMove(self, request: cpb.MoveRequest, context: Any) -> cpb.MoveStatus:
-        services = self._services
-        return await services.run_unary(context, request, services.router.get_move)
-
-    async def AbortMove(self, request: cpb.MoveRequest, context: Any) -> cpb.MoveStatus:
-        services = self._services
-        return await services.run_unary(context, request, services.router.abort_move)

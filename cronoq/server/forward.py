@@ -61,8 +61,14 @@ def _handler_name(method: str) -> str:
 class ForwardService(pbg.PeersServicer):
     """The Peers service of one listener."""
 
-    def __init__(self, router: Router, authenticator: Authenticator, unary: UnaryRunner,
-                 principal_of: Callable[[Any], Principal], max_message_bytes: int) -> None:  # fmt: skip
+    def __init__(
+        self,
+        router: Router,
+        authenticator: Authenticator,
+        unary: UnaryRunner,
+        principal_of: Callable[[Any], Principal],
+        max_message_bytes: int,
+    ) -> None:
         self.auth = authenticator
         self.unary = unary
         self._principal_of = principal_of

@@ -51,7 +51,11 @@ class _UnquotedMetadata(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if str(record.msg).startswith("Invalid encoding on"):
             record.msg, record.args, record.exc_info, record.exc_text = (
-                "a gRPC metadata value was not UTF-8 (not shown)", (), None, None)  # fmt: skip
+                "a gRPC metadata value was not UTF-8 (not shown)",
+                (),
+                None,
+                None,
+            )
             record.levelno, record.levelname = logging.DEBUG, "DEBUG"
             return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
         return True
@@ -191,8 +195,11 @@ def register_services(server: grpc.aio.Server, module: Any, servicer: Any, names
             response_type = getattr(module, method.output_type.name, None) or _message_class(method.output_type)
             kind = _HANDLER_KINDS[(method.client_streaming, method.server_streaming)]
             deserializer = _refusing(request_type) if method.client_streaming else _lenient(request_type)
-            handlers[method.name] = kind(getattr(servicer, method.name), request_deserializer=deserializer,
-                                         response_serializer=response_type.SerializeToString)  # fmt: skip
+            handlers[method.name] = kind(
+                getattr(servicer, method.name),
+                request_deserializer=deserializer,
+                response_serializer=response_type.SerializeToString,
+            )
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
         server.add_registered_method_handlers(service.full_name, handlers)
 
@@ -210,8 +217,15 @@ class GrpcServices(pbg.TasksServicer, pbg.AdminServicer, pbg.WorkersServicer):
     Tasks and Admin calls go through ``router`` (this shard, or forwarded to the shard concerned);
     Work streams are served by this shard only."""
 
-    def __init__(self, api: Api, authenticator: Authenticator, *, router: Router | None = None,
-                 standby: bool = False, unary: UnaryRunner | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        api: Api,
+        authenticator: Authenticator,
+        *,
+        router: Router | None = None,
+        standby: bool = False,
+        unary: UnaryRunner | None = None,
+    ) -> None:
         self.api = api
         self.router = router if router is not None else Router(api.config, api)
         self.auth = authenticator
@@ -242,8 +256,12 @@ class GrpcServices(pbg.TasksServicer, pbg.AdminServicer, pbg.WorkersServicer):
         the services registered beside these: ``cronoq.server.forward``)."""
         return self._principal(context)
 
-    async def _unary(self, context: grpc.aio.ServicerContext[Any, Any], request: Req,
-                     handler: Callable[[Principal, Req], Awaitable[Resp]]) -> Resp:  # fmt: skip
+    async def _unary(
+        self,
+        context: grpc.aio.ServicerContext[Any, Any],
+        request: Req,
+        handler: Callable[[Principal, Req], Awaitable[Resp]],
+    ) -> Resp:
         try:
             principal = self._principal(context)
             if isinstance(request, Malformed):
@@ -290,8 +308,9 @@ class GrpcServices(pbg.TasksServicer, pbg.AdminServicer, pbg.WorkersServicer):
                 try:
                     # Headers go out as soon as the subscription exists, so a router forwarding this
                     # watch knows the shard is in; shards it could not reach are named here.
-                    await context.send_initial_metadata(((UNAVAILABLE_SHARDS_KEY, ",".join(missing)),)
-                                                        if missing else ())  # fmt: skip
+                    await context.send_initial_metadata(
+                        ((UNAVAILABLE_SHARDS_KEY, ",".join(missing)),) if missing else ()
+                    )
                     async for event in events:
                         await context.write(event)
                 finally:

@@ -149,7 +149,7 @@ def _timeout(value: str | None) -> float | None:
     if not value:
         return None
     digits, unit = value[:-1], value[-1:]
-    if not digits.isdigit() or len(digits) > 8 or unit not in _TIMEOUT_UNITS:
+    if not (digits.isascii() and digits.isdigit()) or len(digits) > 8 or unit not in _TIMEOUT_UNITS:
         raise ApiError.invalid(f"grpc-timeout {value!r} is not a gRPC timeout")
     return int(digits) * _TIMEOUT_UNITS[unit]
 
@@ -157,8 +157,9 @@ def _timeout(value: str | None) -> float | None:
 class GrpcWebFront:
     """The listener on the gRPC address when gRPC-Web is on (see the module docstring)."""
 
-    def __init__(self, config: Config, api: Api, router: Router, authenticator: Authenticator,
-                 unary: UnaryRunner) -> None:  # fmt: skip
+    def __init__(
+        self, config: Config, api: Api, router: Router, authenticator: Authenticator, unary: UnaryRunner
+    ) -> None:
         web_config = config.server.grpc_web
         assert web_config is not None
         self.origins = frozenset(web_config.allowed_origins)
@@ -283,8 +284,9 @@ class GrpcWebFront:
             if self._tls is None:
                 await loop.connect_accepted_socket(lambda: Connection(http), sock)
             else:
-                await loop.connect_accepted_socket(lambda: Connection(http), sock, ssl=self._tls,
-                                                   ssl_handshake_timeout=patience)  # fmt: skip
+                await loop.connect_accepted_socket(
+                    lambda: Connection(http), sock, ssl=self._tls, ssl_handshake_timeout=patience
+                )
         except (OSError, ssl.SSLError, ConnectionError):
             sock.close()
 
@@ -326,8 +328,9 @@ class GrpcWebFront:
         try:
             if self._tls is None:  # frames readable: resets, pings and SETTINGS counted on the way
                 guard = _ControlGuard(self.bounds.http2.max_resets_per_s)
-                await asyncio.gather(guard.copy_in(client_reader, grpc_writer),
-                                     guard.copy_out(grpc_reader, client_writer))  # fmt: skip
+                await asyncio.gather(
+                    guard.copy_in(client_reader, grpc_writer), guard.copy_out(grpc_reader, client_writer)
+                )
             else:
                 await asyncio.gather(_copy(client_reader, grpc_writer), _copy(grpc_reader, client_writer))
         finally:
@@ -340,8 +343,11 @@ class GrpcWebFront:
         origin = request.headers.get("Origin")
         if origin is None or origin not in self.origins:
             return {}
-        return {"Access-Control-Allow-Origin": origin, "Access-Control-Expose-Headers": EXPOSED_HEADERS,
-                "Vary": "Origin"}  # fmt: skip
+        return {
+            "Access-Control-Allow-Origin": origin,
+            "Access-Control-Expose-Headers": EXPOSED_HEADERS,
+            "Vary": "Origin",
+        }
 
     async def _serve(self, request: web.BaseRequest) -> web.StreamResponse:
         request_started(request)  # the head is in: no head deadline while the call runs
@@ -357,22 +363,28 @@ class GrpcWebFront:
         content_type = request.headers.get("Content-Type", "").split(";")[0].strip().lower()
         try:
             if self.guard_host and not is_loopback_host(_host_name(request.headers.get("Host", ""))):
-                raise ApiError(Code.PERMISSION_DENIED, "authentication is off, so only requests for a loopback "
-                                                       "host (localhost, 127.0.0.1, [::1]) are answered")  # fmt: skip
+                raise ApiError(
+                    Code.PERMISSION_DENIED,
+                    "authentication is off, so only requests for a loopback "
+                    "host (localhost, 127.0.0.1, [::1]) are answered",
+                )
             if content_type in ("application/grpc", "application/grpc+proto"):
                 raise ApiError(Code.UNIMPLEMENTED, "HTTP/1.1 carries only gRPC-Web here; use HTTP/2 for gRPC")
             if content_type.startswith("application/grpc-web-text"):
                 raise ApiError(Code.UNIMPLEMENTED, "only binary gRPC-Web (application/grpc-web+proto) is served")
             if content_type not in WEB_TYPES:
-                return web.Response(status=415, text="gRPC-Web requests are POSTs of application/grpc-web+proto\n",
-                                    headers=cors)  # fmt: skip
+                return web.Response(
+                    status=415, text="gRPC-Web requests are POSTs of application/grpc-web+proto\n", headers=cors
+                )
             if request.method != "POST":
                 return web.Response(status=405, headers={"Allow": "POST", **cors})
             method = self._methods.get(request.path)
             if method is None:
                 if request.path == "/cronoq.v1.Workers/Work":
-                    raise ApiError(Code.UNIMPLEMENTED, "Workers.Work is a bidirectional stream, which gRPC-Web "
-                                                       "cannot carry; workers use native gRPC")  # fmt: skip
+                    raise ApiError(
+                        Code.UNIMPLEMENTED,
+                        "Workers.Work is a bidirectional stream, which gRPC-Web cannot carry; workers use native gRPC",
+                    )
                 raise ApiError(Code.UNIMPLEMENTED, f"unknown method {request.path}")
             message = method.request.FromString(await self._message(request))
             principal = self.auth.authenticate(request.headers.get("Authorization"))
@@ -393,9 +405,13 @@ class GrpcWebFront:
     def _preflight(self, request: web.BaseRequest, cors: dict[str, str]) -> web.Response:
         if not cors or request.headers.get("Access-Control-Request-Method", "").upper() != "POST":
             return web.Response(status=403)
-        headers = {"Access-Control-Allow-Origin": cors["Access-Control-Allow-Origin"], "Vary": "Origin",
-                   "Access-Control-Allow-Methods": "POST", "Access-Control-Allow-Headers": ALLOWED_HEADERS,
-                   "Access-Control-Max-Age": str(PREFLIGHT_MAX_AGE_S)}  # fmt: skip
+        headers = {
+            "Access-Control-Allow-Origin": cors["Access-Control-Allow-Origin"],
+            "Vary": "Origin",
+            "Access-Control-Allow-Methods": "POST",
+            "Access-Control-Allow-Headers": ALLOWED_HEADERS,
+            "Access-Control-Max-Age": str(PREFLIGHT_MAX_AGE_S),
+        }
         return web.Response(status=204, headers=headers)
 
     async def _message(self, request: web.BaseRequest) -> bytes:
@@ -419,15 +435,29 @@ class GrpcWebFront:
             raise ApiError.invalid("the request body must be exactly one gRPC-Web message frame")
         return body[5:]
 
-    async def _stream(self, request: web.BaseRequest, method: _Method, principal: Principal, message: Message,
-                      content_type: str, cors: dict[str, str]) -> web.StreamResponse:  # fmt: skip
+    async def _stream(
+        self,
+        request: web.BaseRequest,
+        method: _Method,
+        principal: Principal,
+        message: Message,
+        content_type: str,
+        cors: dict[str, str],
+    ) -> web.StreamResponse:
         """A server stream (Watch): subscribe first, then frames as events come, trailers last. It
         holds one of the caller's stream slots (``limits.max_streams_per_caller``) while open."""
         with self.unary.streams.hold(principal, "Watch"):
             return await self._serve_stream(request, method, principal, message, content_type, cors)
 
-    async def _serve_stream(self, request: web.BaseRequest, method: _Method, principal: Principal, message: Message,
-                            content_type: str, cors: dict[str, str]) -> web.StreamResponse:  # fmt: skip
+    async def _serve_stream(
+        self,
+        request: web.BaseRequest,
+        method: _Method,
+        principal: Principal,
+        message: Message,
+        content_type: str,
+        cors: dict[str, str],
+    ) -> web.StreamResponse:
         with collect_unavailable() as missing:
             events: AsyncIterator[Message] = await method.handler(principal, message)
         headers = {"Content-Type": content_type, **cors}
@@ -451,9 +481,12 @@ class GrpcWebFront:
 
 
 def _trailers_only(error: ApiError, content_type: str, cors: dict[str, str]) -> web.Response:
-    headers = {"Content-Type": content_type if content_type.startswith("application/grpc") else WEB_TYPES[1],
-               "grpc-status": str(error.code.grpc.value[0]), "grpc-message": _encode_message(error.message),
-               **cors}  # fmt: skip
+    headers = {
+        "Content-Type": content_type if content_type.startswith("application/grpc") else WEB_TYPES[1],
+        "grpc-status": str(error.code.grpc.value[0]),
+        "grpc-message": _encode_message(error.message),
+        **cors,
+    }
     headers.update(error.metadata)
     return web.Response(status=200, headers=headers)
 
@@ -532,7 +565,7 @@ def _host_name(header: str) -> str:
     if header.startswith("["):
         return header[: header.find("]") + 1] if "]" in header else header
     name, sep, port = header.rpartition(":")
-    return name if sep and port.isdigit() else header
+    return name if sep and (port.isascii() and port.isdigit()) else header
 
 
 def _web_tls(config: Config) -> ssl.SSLContext | None:

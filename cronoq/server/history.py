@@ -28,10 +28,16 @@ MAX_FILTER_VALUES = 64
 """Most values one filter of a search may list."""
 PAYLOAD_PREVIEW_BYTES = 4096
 
-_MISS_OUT = {MissPolicy.RUN_LATE: pb.MISS_POLICY_RUN_LATE, MissPolicy.SKIP: pb.MISS_POLICY_SKIP,
-             MissPolicy.FAIL: pb.MISS_POLICY_FAIL}  # fmt: skip
-_COND_OUT = {EdgeCond.ON_SUCCESS: pb.EDGE_COND_ON_SUCCESS, EdgeCond.ON_COMPLETE: pb.EDGE_COND_ON_COMPLETE,
-             EdgeCond.ON_FAILURE: pb.EDGE_COND_ON_FAILURE}  # fmt: skip
+_MISS_OUT = {
+    MissPolicy.RUN_LATE: pb.MISS_POLICY_RUN_LATE,
+    MissPolicy.SKIP: pb.MISS_POLICY_SKIP,
+    MissPolicy.FAIL: pb.MISS_POLICY_FAIL,
+}
+_COND_OUT = {
+    EdgeCond.ON_SUCCESS: pb.EDGE_COND_ON_SUCCESS,
+    EdgeCond.ON_COMPLETE: pb.EDGE_COND_ON_COMPLETE,
+    EdgeCond.ON_FAILURE: pb.EDGE_COND_ON_FAILURE,
+}
 
 
 def _names(values: Iterable[str], what: str, max_len: int) -> frozenset[str] | None:
@@ -60,8 +66,11 @@ def task_query(request: cpb.SearchTasksRequest, pools: Sequence[str] | None, lim
 
 
 def _transition(change: Transition) -> cpb.Transition:
-    m = cpb.Transition(status=convert.status_number(change.status), attempt=change.attempt,  # type: ignore[arg-type]
-                       message=change.message or "")  # fmt: skip
+    m = cpb.Transition(
+        status=convert.status_number(change.status),  # type: ignore[arg-type]
+        attempt=change.attempt,
+        message=change.message or "",
+    )
     if change.at is not None:
         m.at_unix_ns = change.at
     if change.retry_at is not None:
@@ -75,8 +84,13 @@ def _seconds(ns: int) -> float:
 
 def _spec(spec: TaskSpec, pool: str) -> pb.TaskSpec:
     """The stored spec without its payload (``TaskDetail`` carries a preview of it)."""
-    m = pb.TaskSpec(kind=spec.kind, pool=spec.pool or pool, priority=convert.priority_number(spec.priority),  # type: ignore[arg-type]
-                    key=spec.key or "", tenant=spec.tenant or "")  # fmt: skip
+    m = pb.TaskSpec(
+        kind=spec.kind,
+        pool=spec.pool or pool,
+        priority=convert.priority_number(spec.priority),  # type: ignore[arg-type]
+        key=spec.key or "",
+        tenant=spec.tenant or "",
+    )
     if spec.deadline is not None:
         m.deadline_unix_ns = spec.deadline
     if spec.fixed_start is not None:
@@ -107,10 +121,12 @@ def _spec(spec: TaskSpec, pool: str) -> pb.TaskSpec:
     return m
 
 
-def task_detail(info: TaskInfo, output_available: bool, stored: RecoveredTask | None,
-                transitions: Sequence[Transition]) -> cpb.TaskDetail:  # fmt: skip
-    detail = cpb.TaskDetail(info=convert.task_info(info, output_available),
-                            transitions=[_transition(change) for change in transitions])  # fmt: skip
+def task_detail(
+    info: TaskInfo, output_available: bool, stored: RecoveredTask | None, transitions: Sequence[Transition]
+) -> cpb.TaskDetail:
+    detail = cpb.TaskDetail(
+        info=convert.task_info(info, output_available), transitions=[_transition(change) for change in transitions]
+    )
     if stored is not None:
         spec = stored.record.spec
         detail.spec.CopyFrom(_spec(spec, stored.record.pool))

@@ -5,8 +5,9 @@ and health probes over HTTP/1.1 and HTTP/2 (h2c with prior knowledge on a plain 
 Each request is turned into the same ``cronoq.v1`` request message a gRPC caller would send and
 handed to the transport-independent handlers of ``cronoq.server.api``; their protobuf answers
 are turned into JSON by ``cronoq.server.json_shapes`` (which the command line shares for ``-o
-json``). JSON is converted exactly once on the way in and once on the way out, and nothing in
-this module decides scheduling questions.
+json``); ``cronoq.server.http_json`` reads request bodies and writes the responses. JSON is
+converted exactly once on the way in and once on the way out, and nothing in this module decides
+scheduling questions.
 
 What the gateway itself enforces, in this order, before a handler runs:
 
@@ -38,18 +39,13 @@ numbers. Errors are ``{"error": message, "code": reason}`` with the status of ``
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import contextlib
-import json
 import logging
-import math
-import re
 import socket
 import ssl
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any
 from urllib.parse import unquote
 
 from aiohttp import web
@@ -64,6 +60,22 @@ from .auth import Authenticator, Principal
 from .console.handlers import EVENTS_QUERY, SEARCH_QUERY, ConsoleHandlers
 from .errors import NOT_LEADER_MESSAGE, ApiError, Code, from_exception
 from .http2 import H2Request
+from .http_json import (
+    DECIMAL_ID,
+    JSON_TYPE,
+    HttpError,
+    batch_request,
+    dumps,
+    error_response,
+    invalid,
+    json_bytes_response,
+    json_response,
+    parse_json,
+    submit_body,
+    submit_request,
+    task_id,
+    text_field,
+)
 from .http_listen import (
     SHUTDOWN_TIMEOUT_S,
     Connection,
@@ -76,11 +88,8 @@ from .http_listen import (
     request_started,
     ssl_context,
 )
+from .http_moves import MoveHandlers
 from .json_shapes import (
-    EDGE_CONDS,
-    MISS_POLICIES,
-    PRIORITIES,
-    refuse_constants,
     result_json,
     snapshot_json,
     submit_json,
@@ -94,15 +103,8 @@ __all__ = ["METRICS_ROUTES", "ROUTES", "UI_ROUTES", "HttpError", "HttpGateway", 
 
 log = logging.getLogger("cronoq.server")
 
-JSON_TYPE = "application/json"
 NOT_SERVING_LINGER_S = 1.0
 """A connection accepted while this node does not serve is let go this long after (see ``_add``)."""
-
-_UINT32_MAX = 2**32 - 1
-_UINT64_MAX = 2**64 - 1
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-_DECIMAL = re.compile(r"[0-9]{1,20}")
-_SIGNED_DECIMAL = re.compile(r"-?[0-9]{1,19}")
 
 
 # ======================================================================================= routes
@@ -155,6 +157,9 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/recurring/{name}/pause", "pause_schedule", Role.ADMIN),
     Route("POST", "/v1/recurring/{name}/resume", "resume_schedule", Role.ADMIN),
     Route("DELETE", "/v1/recurring/{name}", "remove_schedule", Role.ADMIN),
+    Route("POST", "/v1/admin/pools/{pool}/move", "move_pool", Role.ADMIN, body=True),  # http_moves
+    Route("GET", "/v1/admin/pools/{pool}/move", "get_move", Role.METRICS),
+    Route("DELETE", "/v1/admin/pools/{pool}/move", "abort_move", Role.ADMIN),
     Route("GET", "/v1/whoami", "whoami", None, leader_only=False),
     Route("GET", "/v1/openapi.json", "openapi", None, leader_only=False),
     Route("GET", "/metrics", "metrics", Role.METRICS),
@@ -179,343 +184,6 @@ UI_ROUTES: tuple[Route, ...] = (
 ``[server.console] enabled = true``. They need no credentials: the page asks for a token."""
 
 
-# ======================================================================================= errors
-
-
-class HttpError(Exception):
-    """A failure answered as ``{"error": message, "code": reason}`` with ``status``."""
-
-    def __init__(self, status: int, reason: str, message: str, headers: Mapping[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.reason = reason
-        self.message = message
-        self.headers = dict(headers or {})
-
-    @classmethod
-    def of(cls, error: ApiError) -> HttpError:
-        headers = dict(error.metadata)
-        if error.code is Code.UNAUTHENTICATED:
-            headers["www-authenticate"] = "Bearer"
-        return cls(error.code.http, error.code.reason, error.message, headers)
-
-
-def _bad(message: str) -> NoReturn:
-    raise ApiError.invalid(message)
-
-
-# ================================================================================ JSON: decoding
-
-
-def _unique_names(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out = dict(pairs)
-    if len(out) != len(pairs):
-        seen: set[str] = set()
-        for name, _ in pairs:
-            if name in seen:
-                raise ValueError(f"the name {name!r} appears twice in one object")
-            seen.add(name)
-    return out
-
-
-def parse_json(data: bytes) -> Any:
-    """A request body as JSON: UTF-8, no NaN/Infinity, no name twice in one object."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        _bad("the request body is not valid UTF-8")
-    try:
-        return json.loads(text, parse_constant=refuse_constants, object_pairs_hook=_unique_names)
-    except RecursionError:
-        _bad("malformed JSON: nested too deeply")
-    except ValueError as exc:
-        _bad(f"malformed JSON: {exc}")
-
-
-def _string(value: Any, what: str) -> str:
-    if not isinstance(value, str):
-        _bad(f"{what} must be a string")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        _bad(f"{what} is not valid Unicode (lone surrogate)")
-    if "\0" in value:
-        _bad(f"{what} must not contain NUL characters")
-    return value
-
-
-def _boolean(value: Any, what: str) -> bool:
-    if not isinstance(value, bool):
-        _bad(f"{what} must be true or false")
-    return value
-
-
-def _seconds(value: Any, what: str) -> float:
-    """A duration in seconds (a JSON number). Its range is checked where it is used."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        _bad(f"{what} must be a number of seconds")
-    try:
-        seconds = float(value)
-    except OverflowError:
-        _bad(f"invalid duration: {what} is out of range")
-    if not math.isfinite(seconds) or seconds < 0:
-        _bad(f"invalid duration: {what} must be a finite number of seconds, not negative")
-    return seconds
-
-
-def _whole(value: Any) -> int | None:
-    """A JSON number that is a whole number (``3`` or ``3.0``) as an int, else None."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
-
-
-def _unsigned(value: Any, what: str, maximum: int) -> int:
-    number = _whole(value)
-    if number is None:
-        _bad(f"{what} must be a whole number")
-    if not 0 <= number <= maximum:
-        _bad(f"{what} must be between 0 and {maximum}")
-    return number
-
-
-def task_id(value: Any, what: str = "id") -> int:
-    """A task id given as a decimal string or a JSON number. A whole number above the 64-bit
-    range is well-formed but names no task: NOT_FOUND."""
-    if isinstance(value, str):
-        if not _DECIMAL.fullmatch(value):
-            _bad(f"{what} must be a decimal task id")
-        number = int(value)
-    elif (whole := _whole(value)) is None:
-        _bad(f"{what} must be a task id (a decimal string or a number)")
-    else:
-        number = whole
-    if number < 0:
-        _bad(f"{what} must not be negative")
-    if number > _UINT64_MAX:
-        raise ApiError.not_found(f"{what}: no task has the id {number}")
-    return number
-
-
-def _unix_ns(value: Any, what: str) -> int:
-    """Unix nanoseconds given as a decimal string or a JSON integer."""
-    if isinstance(value, str):
-        if not _SIGNED_DECIMAL.fullmatch(value):
-            _bad(f"{what} must be whole Unix nanoseconds (a decimal string or an integer)")
-        number = int(value)
-    elif (whole := _whole(value)) is None:
-        _bad(f"{what} must be whole Unix nanoseconds (a decimal string or an integer)")
-    else:
-        number = whole
-    if not _INT64_MIN <= number <= _INT64_MAX:
-        _bad(f"{what} is out of range")
-    return number
-
-
-class _Fields:
-    """A JSON object read field by field: ``take`` each known one, then ``done`` refuses the rest.
-    A field that is ``null`` counts as absent."""
-
-    def __init__(self, value: Any, what: str) -> None:
-        if not isinstance(value, dict):
-            _bad(f"{what} must be a JSON object")
-        self._left = dict(value)
-        self.what = what
-
-    def take(self, name: str) -> Any:
-        return self._left.pop(name, None)
-
-    def done(self) -> None:
-        if self._left:
-            names = ", ".join(sorted(repr(name) for name in self._left))
-            _bad(f"unknown field{'s' if len(self._left) > 1 else ''} {names} in {self.what}")
-
-
-def _choice(value: Any, names: Mapping[str, int], what: str) -> int:
-    text = _string(value, what)
-    number = names.get(text)
-    if number is None:
-        _bad(f"{what}: unknown value {text!r}; expected one of {', '.join(names)}")
-    return number
-
-
-def _string_map(value: Any, what: str) -> dict[str, str]:
-    if not isinstance(value, dict):
-        _bad(f"{what} must be an object of strings")
-    return {_string(name, f"{what} name"): _string(item, f"{what}[{name!r}]") for name, item in value.items()}
-
-
-def _task_ref(value: Any, what: str) -> pb.TaskRef:
-    """A dependency target: a key (string), an id (number) or ``{"id": ...}`` / ``{"key": ...}``."""
-    if isinstance(value, str):
-        return pb.TaskRef(key=_string(value, what))
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return pb.TaskRef(id=task_id(value, what))
-    fields = _Fields(value, what)
-    ref = _ref_fields(fields, what)
-    fields.done()
-    return ref
-
-
-def _ref_fields(fields: _Fields, what: str) -> pb.TaskRef:
-    task, key = fields.take("id"), fields.take("key")
-    if (task is None) == (key is None):
-        _bad(f"{what}: give exactly one of id and key")
-    if task is not None:
-        return pb.TaskRef(id=task_id(task, f"{what}.id"))
-    return pb.TaskRef(key=_string(key, f"{what}.key"))
-
-
-def _list(value: Any, what: str) -> list[Any]:
-    if not isinstance(value, list):
-        _bad(f"{what} must be a list")
-    return value
-
-
-def _retry(value: Any) -> pb.RetryPolicy:
-    fields = _Fields(value, "retry")
-    policy = pb.RetryPolicy(jitter=True)  # the engine's default when the field is left out
-    if (attempts := fields.take("max_attempts")) is not None:
-        policy.max_attempts = _unsigned(attempts, "retry.max_attempts", _UINT32_MAX)
-    for name in ("initial_backoff_s", "multiplier", "max_backoff_s"):
-        if (number := fields.take(name)) is not None:
-            setattr(policy, name, _seconds(number, f"retry.{name}"))
-    if (jitter := fields.take("jitter")) is not None:
-        policy.jitter = _boolean(jitter, "retry.jitter")
-    fields.done()
-    return policy
-
-
-_TEXT_FIELDS = ("pool", "kind", "key", "tenant")
-_DURATION_FIELDS = ("deadline_in_s", "start_in_s", "tolerance_s", "duration_hint_s", "timeout_s")
-_UNIX_FIELDS = ("deadline_unix_ns", "start_unix_ns")
-
-
-def task_spec(value: Any, what: str = "the task") -> pb.TaskSpec:
-    """The HTTP task object as a ``cronoq.v1.TaskSpec``."""
-    fields = _Fields(value, what)
-    spec = _task_fields(fields)
-    fields.done()
-    return spec
-
-
-def _task_fields(fields: _Fields) -> pb.TaskSpec:
-    spec = pb.TaskSpec()
-    payload, encoded = fields.take("payload"), fields.take("payload_b64")
-    if payload is not None and encoded is not None:
-        _bad("give payload or payload_b64, not both")
-    content_type = ""
-    if payload is not None:
-        try:
-            spec.payload = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-        except UnicodeEncodeError:
-            _bad("payload is not valid Unicode (lone surrogate)")
-        content_type = JSON_TYPE
-    elif encoded is not None:
-        try:
-            spec.payload = base64.b64decode(_string(encoded, "payload_b64"), validate=True)
-        except (binascii.Error, ValueError):
-            _bad("payload_b64 is not valid base64")
-        content_type = "application/octet-stream"
-    if (given := fields.take("content_type")) is not None:
-        content_type = _string(given, "content_type")
-    spec.content_type = content_type
-    for name in _TEXT_FIELDS:
-        if (text := fields.take(name)) is not None:
-            setattr(spec, name, _string(text, name))
-    if (priority := fields.take("priority")) is not None:
-        spec.priority = _choice(priority, PRIORITIES, "priority")  # type: ignore[assignment]
-    for name in _DURATION_FIELDS:
-        if (number := fields.take(name)) is not None:
-            setattr(spec, name, _seconds(number, name))
-    for name in _UNIX_FIELDS:
-        if (at := fields.take(name)) is not None:
-            setattr(spec, name, _unix_ns(at, name))
-    if (on_miss := fields.take("on_miss")) is not None:
-        spec.on_miss = _choice(on_miss, MISS_POLICIES, "on_miss")  # type: ignore[assignment]
-    if (retry := fields.take("retry")) is not None:
-        spec.retry.CopyFrom(_retry(retry))
-    if (after := fields.take("after")) is not None:
-        for index, item in enumerate(_list(after, "after")):
-            spec.deps.add(target=_task_ref(item, f"after[{index}]"), cond=pb.EDGE_COND_ON_SUCCESS)
-    if (deps := fields.take("deps")) is not None:
-        for index, item in enumerate(_list(deps, "deps")):
-            what = f"deps[{index}]"
-            dep_fields = _Fields(item, what)
-            target = _ref_fields(dep_fields, what)
-            cond = dep_fields.take("cond")
-            dep_fields.done()
-            number = pb.EDGE_COND_ON_SUCCESS if cond is None else _choice(cond, EDGE_CONDS, f"{what}.cond")
-            spec.deps.add(target=target, cond=number)
-    if (resources := fields.take("resources")) is not None:
-        if not isinstance(resources, dict):
-            _bad("resources must be an object of whole numbers")
-        for name, amount in resources.items():
-            spec.resources[_string(name, "resource name")] = _unsigned(amount, f"resources[{name!r}]", _UINT32_MAX)
-    for name in ("tags", "labels"):
-        if (mapping := fields.take(name)) is not None:
-            getattr(spec, name).update(_string_map(mapping, name))
-    return spec
-
-
-def submit_request(value: Any) -> pb.SubmitRequest:
-    """The body of ``POST /v1/tasks``: a task object plus ``wait`` and ``wait_timeout_s``."""
-    fields = _Fields(value, "the task")
-    request = pb.SubmitRequest()
-    if (wait := fields.take("wait")) is not None:
-        request.wait = _boolean(wait, "wait")
-    if (timeout := fields.take("wait_timeout_s")) is not None:
-        request.wait_timeout_s = _seconds(timeout, "wait_timeout_s")
-    request.task.CopyFrom(_task_fields(fields))
-    fields.done()
-    return request
-
-
-def batch_request(value: Any, max_tasks: int) -> pb.SubmitBatchRequest:
-    """The body of ``POST /v1/tasks:batch``: ``{"tasks": [task object, ...]}``."""
-    fields = _Fields(value, "the batch")
-    tasks = fields.take("tasks")
-    fields.done()
-    if tasks is None:
-        _bad("the batch needs a tasks list")
-    items = _list(tasks, "tasks")
-    if len(items) > max_tasks:
-        _bad(f"a batch may hold at most {max_tasks} tasks, not {len(items)}")
-    request = pb.SubmitBatchRequest()
-    for index, item in enumerate(items):
-        try:
-            request.tasks.append(task_spec(item, "the task"))
-        except ApiError as err:
-            raise ApiError(err.code, f"task {index}: {err.message}") from None
-    return request
-
-
-# ================================================================================ JSON: encoding
-# The answers' shapes are in ``json_shapes`` (shared with the command line); this is the HTTP side.
-
-
-def _dumps(value: Any) -> bytes:
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate inside a worker's JSON output
-        return json.dumps(value, separators=(",", ":")).encode("ascii")
-
-
-def json_response(value: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:
-    response = web.Response(body=_dumps(value), status=status, headers=headers)
-    response.content_type = JSON_TYPE
-    return response
-
-
-def error_response(error: HttpError) -> web.Response:
-    return json_response({"error": error.message, "code": error.reason}, error.status, error.headers)
-
-
 # ======================================================================================= serving
 
 
@@ -530,7 +198,7 @@ def _host_name(header: str) -> str:
     if header.startswith("["):
         return header[: header.find("]") + 1] if "]" in header else header
     name, sep, port = header.rpartition(":")
-    return name if sep and port.isdigit() else header
+    return name if sep and (port.isascii() and port.isdigit()) else header
 
 
 def _cert_names(request: Request) -> list[str]:
@@ -549,13 +217,21 @@ def _segment(raw: str, what: str) -> str:
     try:
         return unquote(raw, errors="strict")
     except UnicodeDecodeError:
-        _bad(f"{what} is not valid UTF-8 once percent-decoded")
+        invalid(f"{what} is not valid UTF-8 once percent-decoded")
 
 
 Handler = Callable[[Request, Principal, dict[str, str]], Awaitable[web.StreamResponse]]
 
 
-class _Gateway(ConsoleHandlers):
+def _too_large(limit: int) -> HttpError:
+    return HttpError(413, Code.PAYLOAD_TOO_LARGE.reason, f"the request body is larger than {limit} bytes")
+
+
+_REMEMBERED_HOSTS = 64
+"""How many ``Host`` values the loopback guard remembers its answer for."""
+
+
+class _Gateway(ConsoleHandlers, MoveHandlers):
     """The request handler of one listener (the console's handlers come from ``ConsoleHandlers``)."""
 
     def __init__(self, api: Api, config: Config, authenticator: Authenticator, routes: tuple[Route, ...],
@@ -578,10 +254,32 @@ class _Gateway(ConsoleHandlers):
             else:
                 self._templates.append((route.segments, [route]))
         self._document: bytes | None = None
+        # What _match answered for paths without parameters, and the Host headers seen (each
+        # bounded: any client can send many different ones).
+        self._static_paths = frozenset(route.path for route in routes if "{" not in route.path)
+        self._matched: dict[tuple[str, str], Route] = {}
+        self._loopback_hosts: dict[str, bool] = {}
 
     # ----------------------------------------------------------------------------- dispatch
 
+    def _loopback(self, host_header: str) -> bool:
+        known = self._loopback_hosts.get(host_header)
+        if known is None:
+            known = is_loopback_host(_host_name(host_header))
+            if len(self._loopback_hosts) >= _REMEMBERED_HOSTS:
+                self._loopback_hosts.clear()
+            self._loopback_hosts[host_header] = known
+        return known
+
     def _match(self, method: str, raw_path: str) -> tuple[Route, dict[str, str]]:
+        if (route := self._matched.get((method, raw_path))) is not None:
+            return route, {}
+        route, params = self._search(method, raw_path)
+        if raw_path in self._static_paths:
+            self._matched[method, raw_path] = route
+        return route, params
+
+    def _search(self, method: str, raw_path: str) -> tuple[Route, dict[str, str]]:
         parts = raw_path.split("/")[1:]
         for segments, group in self._templates:
             if len(segments) != len(parts):
@@ -615,7 +313,7 @@ class _Gateway(ConsoleHandlers):
             if len(request.headers) > self.limits.max_headers:
                 raise HttpError(431, "request_header_fields_too_large",
                                 f"more than {self.limits.max_headers} header fields")  # fmt: skip
-            if self.guard_host and not is_loopback_host(_host_name(request.headers.get("Host", ""))):
+            if self.guard_host and not self._loopback(request.headers.get("Host", "")):
                 raise HttpError(403, "forbidden", "authentication is off, so only requests for a loopback host "
                                                   "(localhost, 127.0.0.1, [::1]) are answered")  # fmt: skip
             route, params = self._match(request.method, request.rel_url.raw_path)
@@ -629,7 +327,8 @@ class _Gateway(ConsoleHandlers):
 
             # The server's one set of in-flight limits (shared with gRPC), and this route's time limit.
             limit = self.limits.request_timeout_s + (self.limits.max_wait_s if route.waits else 0.0)
-            response, _ = await self.unary.run(principal, serve, request, timeout=limit)
+            # HTTP handlers that report unavailable shards collect them themselves (in the body).
+            response, _ = await self.unary.run(principal, serve, request, timeout=limit, collect=False)
             return response
         except ApiError as error:
             return error_response(HttpError.of(error))
@@ -642,7 +341,10 @@ class _Gateway(ConsoleHandlers):
         """The caller of an authenticated route, once it may make this request (ApiError otherwise)."""
         principal: Principal | None = None
         if route.authenticated:
-            principal = self.auth.authenticate(request.headers.get("Authorization"), _cert_names(request))
+            authorization = request.headers.get("Authorization")
+            # The certificate is only looked at when there is no token (and authentication is on).
+            certificate = () if authorization or not self.auth.enabled else _cert_names(request)
+            principal = self.auth.authenticate(authorization, certificate)
         if route.leader_only and not self.api.serving:
             raise ApiError.unavailable()
         if principal is not None and route.role is not None:
@@ -655,24 +357,18 @@ class _Gateway(ConsoleHandlers):
         for name, value in request.rel_url.query.items():
             if name not in route.query:
                 accepted = ", ".join(route.query) or "none"
-                _bad(f"unknown query parameter {name!r} (accepted: {accepted})")
+                invalid(f"unknown query parameter {name!r} (accepted: {accepted})")
             if "\0" in value:
-                _bad(f"query parameter {name} must not contain NUL characters")
+                invalid(f"query parameter {name} must not contain NUL characters")
 
     async def _body(self, request: Request) -> Any:
         """The JSON body, after the media type and the size limit are checked."""
-        media, _, params = request.headers.get("Content-Type", "").partition(";")
-        if media.strip().lower() != JSON_TYPE:
-            raise HttpError(415, "unsupported_media_type", "the request body must be JSON with "
-                                                           "content-type: application/json")  # fmt: skip
-        for param in params.split(";"):
-            name, _, value = param.partition("=")
-            if name.strip().lower() == "charset" and value.strip().strip('"').lower() not in ("utf-8", "utf8"):
-                raise HttpError(415, "unsupported_media_type", "JSON bodies must be UTF-8")
+        content_type = request.headers.get("Content-Type", "")
+        if content_type != JSON_TYPE:  # exactly what nearly every client sends needs no more checks
+            self._check_json_type(content_type)
         limit = self.limits.max_http_body_bytes
-        too_large = HttpError(413, Code.PAYLOAD_TOO_LARGE.reason, f"the request body is larger than {limit} bytes")
         if request.content_length is not None and request.content_length > limit:
-            raise too_large
+            raise _too_large(limit)
         if request.headers.get("Expect", "").lower() == "100-continue":
             if isinstance(request, H2Request):
                 await request.send_continue()
@@ -683,33 +379,44 @@ class _Gateway(ConsoleHandlers):
         while chunk := await request.content.readany():
             size += len(chunk)
             if size > limit:
-                raise too_large
+                raise _too_large(limit)
             chunks.append(chunk)
         return parse_json(b"".join(chunks))
+
+    @staticmethod
+    def _check_json_type(content_type: str) -> None:
+        media, _, params = content_type.partition(";")
+        if media.strip().lower() != JSON_TYPE:
+            raise HttpError(415, "unsupported_media_type", "the request body must be JSON with "
+                                                           "content-type: application/json")  # fmt: skip
+        for param in params.split(";"):
+            name, _, value = param.partition("=")
+            if name.strip().lower() == "charset" and value.strip().strip('"').lower() not in ("utf-8", "utf8"):
+                raise HttpError(415, "unsupported_media_type", "JSON bodies must be UTF-8")
 
     def _ref(self, params: dict[str, str]) -> pb.TaskRef:
         if "key" in params:
             key = _segment(params["key"], "the key")
             if not key:
-                _bad("the key must not be empty")
-            return pb.TaskRef(key=_string(key, "the key"))
+                invalid("the key must not be empty")
+            return pb.TaskRef(key=text_field(key, "the key"))
         raw = params["id"]
-        if not _DECIMAL.fullmatch(raw):
-            _bad(f"{raw!r} is not a decimal task id; look tasks up by key under /v1/tasks/by-key/{{key}}")
+        if not DECIMAL_ID.fullmatch(raw):
+            invalid(f"{raw!r} is not a decimal task id; look tasks up by key under /v1/tasks/by-key/{{key}}")
         return pb.TaskRef(id=task_id(raw))
 
     @staticmethod
     def _single(request: Request, name: str) -> str | None:
         values = request.rel_url.query.getall(name, [])
         if len(values) > 1:
-            _bad(f"query parameter {name} given more than once")
+            invalid(f"query parameter {name} given more than once")
         return values[0] if values else None
 
     # ----------------------------------------------------------------------------- Tasks
 
     async def submit(self, request: Request, principal: Principal, params: dict[str, str]) -> web.Response:
         message = submit_request(await self._body(request))
-        return json_response(submit_json(await self.router.submit(principal, message)))
+        return json_bytes_response(submit_body(await self.router.submit(principal, message)))
 
     async def submit_batch(self, request: Request, principal: Principal,
                            params: dict[str, str]) -> web.Response:  # fmt: skip
@@ -734,7 +441,7 @@ class _Gateway(ConsoleHandlers):
             try:
                 seconds = float(timeout)
             except ValueError:
-                _bad("timeout_s must be a number of seconds")
+                invalid("timeout_s must be a number of seconds")
             message.timeout_s = seconds
         with collect_unavailable() as missing:
             result = await self.router.wait(principal, message)
@@ -755,7 +462,7 @@ class _Gateway(ConsoleHandlers):
 
     async def openapi(self, request: Request, principal: Principal, params: dict[str, str]) -> web.Response:
         if self._document is None:
-            self._document = _dumps(openapi.document(self.limits, self._resources))
+            self._document = dumps(openapi.document(self.limits, self._resources))
         response = web.Response(body=self._document)
         response.content_type = JSON_TYPE
         return response

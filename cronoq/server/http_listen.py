@@ -189,6 +189,7 @@ class Connection(asyncio.Protocol):
         self._head_bytes = 0
         self._head_tail = b""
         self._head_timer: asyncio.TimerHandle | None = None
+        self._head_since = 0.0
         self._stall_timer: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------------------ asyncio protocol
@@ -297,8 +298,7 @@ class Connection(asyncio.Protocol):
         """The head of an HTTP/1.1 request is complete (the gateway's handler runs it): no head
         deadline while it runs (its own time limit bounds it)."""
         if self._http1:
-            self._state = _REQUEST
-            self._cancel_head_timer()
+            self._state = _REQUEST  # the head timer, if running, finds no head when it fires
 
     def request_finished(self, body_read: bool) -> None:
         """The gateway answered; the next bytes begin the next request, unless the rest of this
@@ -320,8 +320,23 @@ class Connection(asyncio.Protocol):
     # ------------------------------------------------------------------------ timers
 
     def _arm_head_timer(self) -> None:
-        self._cancel_head_timer()
-        self._head_timer = self._loop.call_later(self._bounds.header_timeout_s, self._head_timed_out)
+        """The head beginning now must be complete within ``header_timeout_s``. One timer serves
+        a connection's many requests (a timer per request costs a keep-alive client's small
+        requests a few percent): it keeps running past a complete head, and when it fires it
+        looks at the head in progress then, if any, and waits for what that head has left."""
+        self._head_since = self._loop.time()
+        if self._head_timer is None:
+            self._head_timer = self._loop.call_later(self._bounds.header_timeout_s, self._head_timer_fired)
+
+    def _head_timer_fired(self) -> None:
+        self._head_timer = None
+        if self._state is not _HEAD:
+            return  # no head arriving now; the next one arms the timer again
+        left = self._head_since + self._bounds.header_timeout_s - self._loop.time()
+        if left > 0:
+            self._head_timer = self._loop.call_later(left, self._head_timer_fired)
+        else:
+            self._head_timed_out()
 
     def _cancel_head_timer(self) -> None:
         if self._head_timer is not None:

@@ -144,7 +144,10 @@ async def _serve(config: Config) -> int:
 
     def announce(listening: Listening) -> None:
         word = "listening" if listening.role == "leader" else "standby"
-        print_line(f"cronoq-server {word} grpc={listening.grpc}")
+        # The bound addresses (ports chosen by the OS for port 0), for scripts and tests.
+        addresses = {"grpc": listening.grpc, "http": listening.http, "metrics": listening.metrics}
+        bound = " ".join(f"{name}={address}" for name, address in addresses.items() if address)
+        print_line(f"cronoq-server {word} {bound}")
 
     try:
         app = ServerApp(config, on_listening=announce)

@@ -77,8 +77,9 @@ class ProcessFigures:
 
 
 class _SnapshotCollector(Collector):
-    def __init__(self, snap: Snapshot, workers: Mapping[str, int], desired: Mapping[str, int],
-                 process: ProcessFigures) -> None:  # fmt: skip
+    def __init__(
+        self, snap: Snapshot, workers: Mapping[str, int], desired: Mapping[str, int], process: ProcessFigures
+    ) -> None:
         self._snap = snap
         self._workers = workers
         self._desired = desired
@@ -89,16 +90,18 @@ class _SnapshotCollector(Collector):
         pools = snap.pools
         totals = snap.totals
 
-        tasks = CounterMetricFamily("cronoq_tasks", "Tasks that reached a terminal status, by status.",
-                                    labels=["status"])  # fmt: skip
+        tasks = CounterMetricFamily(
+            "cronoq_tasks", "Tasks that reached a terminal status, by status.", labels=["status"]
+        )
         for status in TERMINAL_TOTALS:
             tasks.add_metric([status], float(totals.get(status, 0)))
         yield tasks
         for key, (name, help_text) in _OTHER_TOTALS.items():
             yield CounterMetricFamily(name, help_text, value=float(totals.get(key, 0)))
 
-        yield GaugeMetricFamily("cronoq_workers_connected", "Connected remote workers.",
-                                value=float(sum(self._workers.values())))  # fmt: skip
+        yield GaugeMetricFamily(
+            "cronoq_workers_connected", "Connected remote workers.", value=float(sum(self._workers.values()))
+        )
         yield GaugeMetricFamily("cronoq_live_tasks", "Tasks not yet finished.", value=float(snap.live_tasks))
         yield GaugeMetricFamily("cronoq_running", "Attempts running now.", value=float(snap.running))
         yield GaugeMetricFamily("cronoq_pending", "Tasks waiting to run.", value=float(snap.pending))
@@ -106,30 +109,42 @@ class _SnapshotCollector(Collector):
         if process.leader_epoch is not None:
             # Only the serving leader answers /metrics, so the series is there exactly while a
             # process leads; a new value means another leadership began.
-            yield GaugeMetricFamily("cronoq_leader_epoch", "Epoch of this server's leadership of its shard.",
-                                    value=float(process.leader_epoch))  # fmt: skip
-        yield CounterMetricFamily("cronoq_store_commit_errors",
-                                  "Commit attempts the store refused as unavailable (retried), in this process.",
-                                  value=float(process.store_commit_errors))  # fmt: skip
-        yield CounterMetricFamily("cronoq_store_fenced_commits",
-                                  "Commits refused because another leader had taken over, in this process.",
-                                  value=float(process.store_fenced_commits))  # fmt: skip
+            yield GaugeMetricFamily(
+                "cronoq_leader_epoch",
+                "Epoch of this server's leadership of its shard.",
+                value=float(process.leader_epoch),
+            )
+        yield CounterMetricFamily(
+            "cronoq_store_commit_errors",
+            "Commit attempts the store refused as unavailable (retried), in this process.",
+            value=float(process.store_commit_errors),
+        )
+        yield CounterMetricFamily(
+            "cronoq_store_fenced_commits",
+            "Commits refused because another leader had taken over, in this process.",
+            value=float(process.store_fenced_commits),
+        )
 
-        desired = GaugeMetricFamily("cronoq_pool_desired_workers",
-                                    "Slots the autoscaler wants for the pool (feed this to KEDA or an HPA).",
-                                    labels=["pool"])  # fmt: skip
+        desired = GaugeMetricFamily(
+            "cronoq_pool_desired_workers",
+            "Slots the autoscaler wants for the pool (feed this to KEDA or an HPA).",
+            labels=["pool"],
+        )
         workers = GaugeMetricFamily("cronoq_pool_workers", "Connected remote workers of the pool.", labels=["pool"])
-        cost = CounterMetricFamily("cronoq_pool_cost", "Accumulated cost of the pool (cost_per_worker_second).",
-                                   labels=["pool"])  # fmt: skip
-        worker_seconds = CounterMetricFamily("cronoq_pool_worker_seconds", "Accumulated slot-seconds of capacity.",
-                                             labels=["pool"])  # fmt: skip
-        by_class = GaugeMetricFamily("cronoq_pool_pending_by_class", "Pending tasks per priority class.",
-                                     labels=["pool", "class"])  # fmt: skip
+        cost = CounterMetricFamily(
+            "cronoq_pool_cost", "Accumulated cost of the pool (cost_per_worker_second).", labels=["pool"]
+        )
+        worker_seconds = CounterMetricFamily(
+            "cronoq_pool_worker_seconds", "Accumulated slot-seconds of capacity.", labels=["pool"]
+        )
+        by_class = GaugeMetricFamily(
+            "cronoq_pool_pending_by_class", "Pending tasks per priority class.", labels=["pool", "class"]
+        )
         gauges = {attr: GaugeMetricFamily(name, help_text, labels=["pool"]) for attr, name, help_text in _POOL_GAUGES}
-        group_capacity = GaugeMetricFamily("cronoq_group_capacity", "Slots of the workers of one label group.",
-                                           labels=["pool", "labels"])  # fmt: skip
-        group_busy = GaugeMetricFamily("cronoq_group_busy", "Busy slots of one label group.",
-                                       labels=["pool", "labels"])  # fmt: skip
+        group_capacity = GaugeMetricFamily(
+            "cronoq_group_capacity", "Slots of the workers of one label group.", labels=["pool", "labels"]
+        )
+        group_busy = GaugeMetricFamily("cronoq_group_busy", "Busy slots of one label group.", labels=["pool", "labels"])
         for pool in pools:
             name = pool.name
             desired.add_metric([name], float(self._desired.get(name, pool.desired)))
@@ -154,8 +169,12 @@ class _SnapshotCollector(Collector):
         yield group_busy
 
 
-def render(snap: Snapshot, workers: Mapping[str, int], desired: Mapping[str, int] | None = None,
-           process: ProcessFigures | None = None) -> bytes:  # fmt: skip
+def render(
+    snap: Snapshot,
+    workers: Mapping[str, int],
+    desired: Mapping[str, int] | None = None,
+    process: ProcessFigures | None = None,
+) -> bytes:
     """Prometheus text (exposition format 0.0.4) of ``snap``.
 
     ``workers`` counts connected workers per pool, ``desired`` is the autoscaler's latest target

@@ -1,9 +1,11 @@
 """Moving pools between shards, as one server takes part (``docs/pool-moves.md``).
 
-The source's leader records a requested move and steps down; whichever replica leads the source
-next carries the move out before recovering its store (``carry_out``), so no engine of the source
-runs while the pool's rows change hands. The target's leader notices the new placement in its own
-record (``watch``) and steps down too; its next leadership serves the pool.
+The source's leader records the move (``draining``) and lets the pool's running attempts end
+there while it starts no new one (the app's ``_drain``); once none runs, the move is ``requested``
+and the leader steps down. Whichever replica leads the source next carries the move out before
+recovering its store (``carry_out``), so no engine of the source runs while the pool's rows change
+hands. The target's leader notices the new placement in its own record (``watch``) and steps down
+too; its next leadership serves the pool.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ import uuid
 from collections.abc import Callable
 
 from cronoq.stores.base import Store
-from cronoq.stores.placements import placement_reader
+from cronoq.stores.placements import placement_watch
 from cronoq.stores.pool_moves import (
+    ACTIVE,
     MoveRefused,
     MoveRow,
     forwarded_to,
@@ -27,14 +30,20 @@ from cronoq.stores.pool_moves import (
     transfer,
 )
 
-__all__ = ["PLACEMENT_POLL_S", "PoolMoves"]
+__all__ = ["ABORTABLE", "PLACEMENT_POLL_S", "PoolMoves"]
 
 log = logging.getLogger("cronoq.server")
 
 PLACEMENT_POLL_S = 0.2
-"""How often a leader reads its shard's placements to notice a pool handed to it."""
+"""How often a leader reads its shard's placements to notice a pool handed to it (SQLite)."""
+NOTIFIED_POLL_S = 5.0
+"""The same on Postgres, where each change is notified: a fallback only."""
+ABORTABLE = ("draining", "requested")
+"""The phases a move can be aborted in: nothing has reached the target yet."""
 HANDOVER_PAUSE_S = 3 * PLACEMENT_POLL_S
 """How long the source waits after a handover before it leads again (see ``carry_out``)."""
+NOTIFIED_HANDOVER_PAUSE_S = 0.1
+"""The same on Postgres, where the target's leader is notified by the handover's commit."""
 
 
 def template_pool(spec_text: object) -> str | None:
@@ -59,13 +68,19 @@ class PoolMoves:
         self.shard = shard
         self.namespace_of = namespace_of
         self.clock = clock
+        from cronoq.stores.postgres import PostgresStore
+
+        self.notified = isinstance(store, PostgresStore)
+        """Whether the target's leader is notified of a handover (Postgres), or polls (SQLite)."""
 
     async def carry_out(self, epoch: int) -> None:
         """Carry out the moves requested of this shard (the store is led with ``epoch`` and no
         engine runs). A refused move is marked so, with the reason; other failures raise, and the
         shard does not lead until the move is done."""
         for move in (await read_moves(self.store)).values():
-            if move.phase != "requested":
+            # A move still ``draining`` lost its leader: the attempts that were running ended with
+            # it (a new leader counts them as used, as in any failover), so it can go on now.
+            if move.phase not in ACTIVE:
                 continue
             log.info("moving pool %r to shard %r (move %s, version %d)", move.pool, move.target, move.move_id,
                      move.version)  # fmt: skip
@@ -80,25 +95,28 @@ class PoolMoves:
                      done.schedules)  # fmt: skip
             # Give the target's leader time to notice (``watch``) before this shard starts sending
             # the pool's callers and workers there: until it does, it would send them back.
-            await asyncio.sleep(HANDOVER_PAUSE_S)
+            await asyncio.sleep(NOTIFIED_HANDOVER_PAUSE_S if self.notified else HANDOVER_PAUSE_S)
 
     async def request(self, epoch: int, pool: str, target: str, version: int) -> tuple[MoveRow, bool]:
         """Record a move of ``pool`` (fenced by ``epoch``); the move and whether it is new (False:
         one was already requested, and is returned)."""
-        row = MoveRow(pool, uuid.uuid4().hex, target, version, "requested", "", self.clock())
+        row = MoveRow(pool, uuid.uuid4().hex, target, version, "draining", "", self.clock())
         recorded = await request_move(self.store, epoch, row)
         return recorded, recorded.move_id == row.move_id
+
+    async def drained(self, epoch: int, move: MoveRow) -> bool:
+        """``move``'s pool has no running attempt left: the move is ``requested`` (fenced); False
+        if it is no longer draining (aborted)."""
+        return await set_move_phase(self.store, epoch, move.pool, move.move_id, "requested", "", self.clock(),
+                                    ("draining",))  # fmt: skip
 
     async def latest(self, pool: str) -> MoveRow | None:
         return (await read_moves(self.store)).get(pool)
 
-    async def abort(self, epoch: int, pool: str) -> MoveRow | None:
-        """Abandon ``pool``'s requested move; the move as it is afterwards (None: there is none)."""
-        move = await self.latest(pool)
-        if move is not None and move.phase == "requested":
-            await set_move_phase(self.store, epoch, pool, move.move_id, "aborted", "aborted by an admin", self.clock())
-            move = await self.latest(pool)
-        return move
+    async def abort(self, epoch: int, move: MoveRow) -> bool:
+        """Abandon ``move`` if it is still in a phase of ``ABORTABLE`` (fenced); whether it was."""
+        return await set_move_phase(self.store, epoch, move.pool, move.move_id, "aborted", "aborted by an admin",
+                                    self.clock(), ABORTABLE)  # fmt: skip
 
     async def forwarded(self, task_id: int) -> tuple[str, str, int] | None:
         return await forwarded_to(self.store, task_id)
@@ -106,13 +124,15 @@ class PoolMoves:
     async def watch(self, serving: frozenset[str], known: frozenset[str],
                     changed: Callable[[frozenset[str]], None]) -> None:  # fmt: skip
         """Until cancelled: call ``changed`` with the pools of ``known`` the shard's record places
-        on it, once they are other than ``serving`` (a pool handed to it, or given away)."""
+        on it, once they are other than ``serving`` (a pool handed to it, or given away). On
+        Postgres the commit that changes the record notifies; the record is read again at once,
+        and every ``NOTIFIED_POLL_S`` in case a notification was missed."""
         while True:
             try:
-                async with placement_reader(self.store) as read:
+                async with placement_watch(self.store) as watch:
+                    every = NOTIFIED_POLL_S if watch.notified else PLACEMENT_POLL_S
                     while True:
-                        await asyncio.sleep(PLACEMENT_POLL_S)
-                        placements = await read()
+                        placements = await watch.read()
                         placed = frozenset(pool for pool, (shard, _) in placements.items()
                                            if shard == self.shard and pool in known)  # fmt: skip
                         if placements and placed != serving:
@@ -120,6 +140,7 @@ class PoolMoves:
                                      sorted(placed))  # fmt: skip
                             changed(placed)
                             return
+                        await watch.wait(every)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the store's own troubles are noticed by the driver

@@ -14,7 +14,7 @@ from typing import Any
 from cronoq.config import LimitsConfig
 from cronoq.proto import cronoq_pb2 as pb
 
-__all__ = ["document"]
+__all__ = ["document", "error_responses", "operation"]
 
 Schema = dict[str, Any]
 
@@ -88,8 +88,10 @@ def _decimal_at_most(bound: int) -> str:
 
 def _exclusive(first: str, second: str) -> Schema:
     """Not both ``first`` and ``second`` with a value (``null`` counts as absent)."""
-    return {"anyOf": [{"not": {"required": [name]}} for name in (first, second)]
-            + [{"properties": {name: {"type": "null"}}, "required": [name]} for name in (first, second)]}  # fmt: skip
+    return {
+        "anyOf": [{"not": {"required": [name]}} for name in (first, second)]
+        + [{"properties": {name: {"type": "null"}}, "required": [name]} for name in (first, second)]
+    }
 
 
 SHARD_NAMES: Schema = {
@@ -123,8 +125,12 @@ def _schemas(limits: LimitsConfig, resources: Mapping[str, int]) -> dict[str, Sc
         "oneOf": [_object({"id": dep_id_in}, ("id",)), _object({"key": key_ref}, ("key",))],
     }
     tag: Schema = {**text, "maxLength": limits.max_tag_len}
-    string_map: Schema = {"type": "object", "propertyNames": tag, "additionalProperties": tag,
-                          "maxProperties": limits.max_tags}  # fmt: skip
+    string_map: Schema = {
+        "type": "object",
+        "propertyNames": tag,
+        "additionalProperties": tag,
+        "maxProperties": limits.max_tags,
+    }
     task_fields: dict[str, Schema] = {
         "payload": {"description": "Any JSON value; sent to the worker as application/json."},
         "payload_b64": {
@@ -182,8 +188,10 @@ def _schemas(limits: LimitsConfig, resources: Mapping[str, int]) -> dict[str, Sc
         "labels": {**string_map, "description": "Required worker labels."},
         "tenant": {**name, "description": "Fair-share tenant (credentials with a tenant force theirs)."},
     }
-    task = {name: _nullable(schema) if "$ref" not in schema and "anyOf" not in schema else schema
-            for name, schema in task_fields.items()}  # fmt: skip
+    task = {
+        name: _nullable(schema) if "$ref" not in schema and "anyOf" not in schema else schema
+        for name, schema in task_fields.items()
+    }
     submit = dict(task)
     submit["wait"] = _nullable({"type": "boolean", "description": "Answer after the task finished, with result."})
     submit["wait_timeout_s"] = _nullable(
@@ -191,11 +199,17 @@ def _schemas(limits: LimitsConfig, resources: Mapping[str, int]) -> dict[str, Sc
     )
     status = {"type": "string", "enum": STATUSES}
     # Fields that exclude each other; JSON Schema cannot say so inside each property.
-    exclusive = [_exclusive(*pair) for pair in (("payload", "payload_b64"), ("deadline_in_s", "deadline_unix_ns"),
-                                                ("start_in_s", "start_unix_ns"))]  # fmt: skip
-    waits = {"anyOf": [{"not": {"required": ["wait_timeout_s"]}},
-                       {"properties": {"wait_timeout_s": {"type": "null"}}, "required": ["wait_timeout_s"]},
-                       {"properties": {"wait": {"const": True}}, "required": ["wait"]}]}  # fmt: skip
+    exclusive = [
+        _exclusive(*pair)
+        for pair in (("payload", "payload_b64"), ("deadline_in_s", "deadline_unix_ns"), ("start_in_s", "start_unix_ns"))
+    ]
+    waits = {
+        "anyOf": [
+            {"not": {"required": ["wait_timeout_s"]}},
+            {"properties": {"wait_timeout_s": {"type": "null"}}, "required": ["wait_timeout_s"]},
+            {"properties": {"wait": {"const": True}}, "required": ["wait"]},
+        ]
+    }
     return {
         "Task": _object(
             task,
@@ -587,6 +601,12 @@ def _paths(limits: LimitsConfig) -> dict[str, Any]:
     return paths
 
 
+operation = _operation
+"""``_operation`` for the modules that add their calls to the document (``http_moves``)."""
+error_responses = _responses
+"""``_responses`` for the same modules."""
+
+
 def document(limits: LimitsConfig | None = None, resources: Mapping[str, int] | None = None) -> dict[str, Any]:
     """The OpenAPI document for a server with these limits (the defaults when ``None``) and these
     resources (name: the most units one task may ask for)."""
@@ -616,4 +636,7 @@ def document(limits: LimitsConfig | None = None, resources: Mapping[str, int] | 
     from .console.openapi import extend  # the console's calls: history filters, details, events, ...
 
     extend(out, UNIX_NS_OUT, ID_OUT, SHARD_NAMES)
+    from .http_moves import extend_openapi  # pool moves
+
+    extend_openapi(out, UNIX_NS_OUT)
     return out

@@ -131,12 +131,12 @@ def _signal_protocol(environ: Mapping[str, str], signal: str) -> str | None:
         names = {name.strip() for name in exporters.split(",") if name.strip()}
         unsupported = names - {"otlp", "none"}
         if unsupported:
-            raise TelemetryError(f"OTEL_{upper}_EXPORTER={exporters}: cronoq-server exports with otlp only "
-                                 "(or none)")  # fmt: skip
+            raise TelemetryError(f"OTEL_{upper}_EXPORTER={exporters}: cronoq-server exports with otlp only (or none)")
         wanted = "otlp" in names
     else:
-        wanted = bool(_env(environ, "OTEL_EXPORTER_OTLP_ENDPOINT") or
-                      _env(environ, f"OTEL_EXPORTER_OTLP_{upper}_ENDPOINT"))  # fmt: skip
+        wanted = bool(
+            _env(environ, "OTEL_EXPORTER_OTLP_ENDPOINT") or _env(environ, f"OTEL_EXPORTER_OTLP_{upper}_ENDPOINT")
+        )
     if not wanted:
         return None
     variable = f"OTEL_EXPORTER_OTLP_{upper}_PROTOCOL"
@@ -290,10 +290,16 @@ def _tracer() -> Tracer | None:
 # ======================================================================================= gRPC spans
 
 # Server spans of calls ending with these codes are errors (OpenTelemetry's RPC conventions).
-_ERROR_CODES = frozenset({
-    grpc.StatusCode.UNKNOWN, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNIMPLEMENTED,
-    grpc.StatusCode.INTERNAL, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DATA_LOSS,
-})  # fmt: skip
+_ERROR_CODES = frozenset(
+    {
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.UNIMPLEMENTED,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DATA_LOSS,
+    }
+)
 
 
 def _status_code(context: Any, error: BaseException | None) -> grpc.StatusCode:
@@ -358,8 +364,14 @@ def _wrap_handler(tracer: Tracer, handler: Any, method: str, metadata: Any) -> A
 
     def span() -> Any:
         parent = propagate.extract(_carrier(metadata))
-        return tracer.start_as_current_span(span_name, context=parent, kind=SpanKind.SERVER, attributes=attributes,
-                                            record_exception=False, set_status_on_exception=False)  # fmt: skip
+        return tracer.start_as_current_span(
+            span_name,
+            context=parent,
+            kind=SpanKind.SERVER,
+            attributes=attributes,
+            record_exception=False,
+            set_status_on_exception=False,
+        )
 
     def wrap(behavior: Callable[..., Any]) -> Callable[..., Any]:
         if inspect.isasyncgenfunction(behavior):
@@ -417,9 +429,14 @@ def forwarded_call_span(method: str, traceparent: str) -> Iterator[Callable[[grp
     service, _, name = method.lstrip("/").partition("/")
     attributes = {"rpc.system": "grpc", "rpc.service": service, "rpc.method": name}
     parent = propagate.extract({TRACEPARENT: traceparent} if traceparent else {})
-    with tracer.start_as_current_span(f"{service}/{name}", context=parent, kind=SpanKind.SERVER,
-                                      attributes=attributes, record_exception=False,
-                                      set_status_on_exception=False) as span:  # fmt: skip
+    with tracer.start_as_current_span(
+        f"{service}/{name}",
+        context=parent,
+        kind=SpanKind.SERVER,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
 
         def record(code: grpc.StatusCode, details: str) -> None:
             span.set_attribute("rpc.grpc.status_code", code.value[0])
@@ -466,8 +483,14 @@ def trace_http(handler: HttpHandler, route_of: Callable[[str, str], Any]) -> Htt
             attributes["http.route"] = template
         name = f"{method} {template}" if template else method
         parent = propagate.extract(request.headers)
-        with tracer.start_as_current_span(name, context=parent, kind=SpanKind.SERVER, attributes=attributes,
-                                          record_exception=False, set_status_on_exception=False) as span:  # fmt: skip
+        with tracer.start_as_current_span(
+            name,
+            context=parent,
+            kind=SpanKind.SERVER,
+            attributes=attributes,
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span:
             try:
                 response = await handler(request)
             except BaseException as exc:
@@ -546,8 +569,9 @@ class TracedShardService(ShardService):
         self._close(lease_id)
         super().worker_complete(session, lease_id, output)
 
-    def worker_fail(self, session: WorkerSession, lease_id: int, message: str, permanent: bool,
-                    retry_after: int | None) -> None:  # fmt: skip
+    def worker_fail(
+        self, session: WorkerSession, lease_id: int, message: str, permanent: bool, retry_after: int | None
+    ) -> None:
         self._close(lease_id, message or "failed")
         super().worker_fail(session, lease_id, message, permanent, retry_after)
 
@@ -590,12 +614,27 @@ _TOTALS = (
 
 # Per-pool figures of the snapshot: (attribute, unit).
 _POOL_FIGURES = (
-    ("capacity", "{slot}"), ("busy", "{slot}"), ("held", "{slot}"), ("pending", "{task}"), ("ready", "{task}"),
-    ("reservations", "{reservation}"), ("dispatched", "{attempt}"), ("succeeded", "{task}"), ("failed", "{task}"),
-    ("retried", "{attempt}"), ("priority_adherence", "1"), ("fixed_start_hit_rate", "1"), ("utilization", "1"),
-    ("schedule_efficiency", "1"), ("wait_mean", "s"), ("wait_p50", "s"), ("wait_p90", "s"), ("wait_p99", "s"),
-    ("run_p50", "s"), ("run_p99", "s"),
-)  # fmt: skip
+    ("capacity", "{slot}"),
+    ("busy", "{slot}"),
+    ("held", "{slot}"),
+    ("pending", "{task}"),
+    ("ready", "{task}"),
+    ("reservations", "{reservation}"),
+    ("dispatched", "{attempt}"),
+    ("succeeded", "{task}"),
+    ("failed", "{task}"),
+    ("retried", "{attempt}"),
+    ("priority_adherence", "1"),
+    ("fixed_start_hit_rate", "1"),
+    ("utilization", "1"),
+    ("schedule_efficiency", "1"),
+    ("wait_mean", "s"),
+    ("wait_p50", "s"),
+    ("wait_p90", "s"),
+    ("wait_p99", "s"),
+    ("run_p50", "s"),
+    ("run_p99", "s"),
+)
 
 # The window counts are gauges over the metrics window, named like their Prometheus series.
 _WINDOW = frozenset({"dispatched", "succeeded", "failed", "retried"})
@@ -629,40 +668,96 @@ class _SnapshotMetrics:
         self._reading: _Reading | None = None
         meter = provider.get_meter(INSTRUMENTATION)
         gauge, counter = meter.create_observable_gauge, meter.create_observable_counter
-        counter("cronoq.tasks", [self._refresh_then_tasks], unit="{task}",
-                description="Tasks that reached a terminal status, by status.")  # fmt: skip
+        counter(
+            "cronoq.tasks",
+            [self._refresh_then_tasks],
+            unit="{task}",
+            description="Tasks that reached a terminal status, by status.",
+        )
         for key, name, description in _TOTALS:
             counter(name, [self._total(key)], description=description)
-        gauge("cronoq.workers_connected", [self._single(lambda r: sum(r.workers.values()))], unit="{worker}",
-              description="Connected remote workers.")  # fmt: skip
-        gauge("cronoq.live_tasks", [self._single(lambda r: r.snapshot.live_tasks)], unit="{task}",
-              description="Tasks not yet finished.")  # fmt: skip
-        gauge("cronoq.running", [self._single(lambda r: r.snapshot.running)], unit="{attempt}",
-              description="Attempts running now.")  # fmt: skip
-        gauge("cronoq.pending", [self._single(lambda r: r.snapshot.pending)], unit="{task}",
-              description="Tasks waiting to run.")  # fmt: skip
-        gauge("cronoq.leader_epoch", [self._single(lambda r: r.epoch or 0)],
-              description="Epoch of this server's leadership of its shard.")  # fmt: skip
-        counter("cronoq.store.commit_errors", [self._single(lambda r: r.commit_errors)],
-                description="Commit attempts the store refused as unavailable (retried), in this process.")  # fmt: skip
-        counter("cronoq.store.fenced_commits", [self._single(lambda r: r.fenced_commits)],
-                description="Commits refused because another leader had taken over, in this process.")  # fmt: skip
-        gauge("cronoq.pool.desired_workers", [self._per_pool(lambda r, p: r.desired.get(p.name, p.desired))],
-              unit="{slot}", description="Slots the autoscaler wants for the pool.")  # fmt: skip
-        gauge("cronoq.pool.workers", [self._per_pool(lambda r, p: r.workers.get(p.name, 0))], unit="{worker}",
-              description="Connected remote workers of the pool.")  # fmt: skip
-        counter("cronoq.pool.cost", [self._per_pool(lambda r, p: p.cost)],
-                description="Accumulated cost of the pool (cost_per_worker_second).")  # fmt: skip
-        counter("cronoq.pool.worker_seconds", [self._per_pool(lambda r, p: p.worker_seconds)], unit="s",
-                description="Accumulated slot-seconds of capacity.")  # fmt: skip
-        gauge("cronoq.pool.pending_by_class", [self._by_class], unit="{task}",
-              description="Pending tasks per priority class.")  # fmt: skip
+        gauge(
+            "cronoq.workers_connected",
+            [self._single(lambda r: sum(r.workers.values()))],
+            unit="{worker}",
+            description="Connected remote workers.",
+        )
+        gauge(
+            "cronoq.live_tasks",
+            [self._single(lambda r: r.snapshot.live_tasks)],
+            unit="{task}",
+            description="Tasks not yet finished.",
+        )
+        gauge(
+            "cronoq.running",
+            [self._single(lambda r: r.snapshot.running)],
+            unit="{attempt}",
+            description="Attempts running now.",
+        )
+        gauge(
+            "cronoq.pending",
+            [self._single(lambda r: r.snapshot.pending)],
+            unit="{task}",
+            description="Tasks waiting to run.",
+        )
+        gauge(
+            "cronoq.leader_epoch",
+            [self._single(lambda r: r.epoch or 0)],
+            description="Epoch of this server's leadership of its shard.",
+        )
+        counter(
+            "cronoq.store.commit_errors",
+            [self._single(lambda r: r.commit_errors)],
+            description="Commit attempts the store refused as unavailable (retried), in this process.",
+        )
+        counter(
+            "cronoq.store.fenced_commits",
+            [self._single(lambda r: r.fenced_commits)],
+            description="Commits refused because another leader had taken over, in this process.",
+        )
+        gauge(
+            "cronoq.pool.desired_workers",
+            [self._per_pool(lambda r, p: r.desired.get(p.name, p.desired))],
+            unit="{slot}",
+            description="Slots the autoscaler wants for the pool.",
+        )
+        gauge(
+            "cronoq.pool.workers",
+            [self._per_pool(lambda r, p: r.workers.get(p.name, 0))],
+            unit="{worker}",
+            description="Connected remote workers of the pool.",
+        )
+        counter(
+            "cronoq.pool.cost",
+            [self._per_pool(lambda r, p: p.cost)],
+            description="Accumulated cost of the pool (cost_per_worker_second).",
+        )
+        counter(
+            "cronoq.pool.worker_seconds",
+            [self._per_pool(lambda r, p: p.worker_seconds)],
+            unit="s",
+            description="Accumulated slot-seconds of capacity.",
+        )
+        gauge(
+            "cronoq.pool.pending_by_class",
+            [self._by_class],
+            unit="{task}",
+            description="Pending tasks per priority class.",
+        )
         for attribute, unit in _POOL_FIGURES:
             name = f"cronoq.pool.window_{attribute}" if attribute in _WINDOW else f"cronoq.pool.{attribute}"
-            gauge(name, [self._per_pool(_attribute_of(attribute))], unit=unit,
-                  description=f"The pool's {attribute.replace('_', ' ')} (snapshot).")  # fmt: skip
-        gauge("cronoq.group.capacity", [self._groups("capacity")], unit="{slot}",
-              description="Slots of the workers of one label group.")  # fmt: skip
+            gauge(
+                name,
+                [self._per_pool(_attribute_of(attribute))],
+                unit=unit,
+                description=f"The pool's {attribute.replace('_', ' ')} (snapshot).",
+            )
+        gauge(
+            "cronoq.group.capacity",
+            [self._groups("capacity")],
+            unit="{slot}",
+            description="Slots of the workers of one label group.",
+        )
         gauge("cronoq.group.busy", [self._groups("busy")], unit="{slot}", description="Busy slots of one label group.")
 
     # Reading the snapshot ------------------------------------------------------------------------
@@ -677,8 +772,14 @@ class _SnapshotMetrics:
         for session in service.workers_in(None):
             workers[session.pool] = workers.get(session.pool, 0) + 1
         trouble = api.store_trouble
-        return _Reading(snapshot, workers, dict(service.desired), service.driver.epoch, trouble.commit_errors,
-                        trouble.fenced_commits)  # fmt: skip
+        return _Reading(
+            snapshot,
+            workers,
+            dict(service.desired),
+            service.driver.epoch,
+            trouble.commit_errors,
+            trouble.fenced_commits,
+        )
 
     def _fetch(self, options: CallbackOptions) -> _Reading | None:
         loop = self.loop

@@ -75,9 +75,12 @@ class StreamSlots:
             return
         held = self._by_caller.get(caller, 0)
         if held >= self.per_caller:
-            raise ApiError(Code.RESOURCE_EXHAUSTED, f"too many streams open for this credential ({self.per_caller}, "
-                                                    f"limits.max_streams_per_caller); close one before opening "
-                                                    f"another {kind} stream")  # fmt: skip
+            raise ApiError(
+                Code.RESOURCE_EXHAUSTED,
+                f"too many streams open for this credential ({self.per_caller}, "
+                f"limits.max_streams_per_caller); close one before opening "
+                f"another {kind} stream",
+            )
         self._by_caller[caller] = held + 1
         try:
             yield
@@ -105,13 +108,21 @@ class UnaryRunner:
         """Calls of ``caller`` (see ``caller_of``) in flight now."""
         return self._by_caller.get(caller, 0)
 
-    async def run(self, principal: Principal, handler: Callable[[Principal, Req], Awaitable[Resp]], request: Req,
-                  timeout: float | None = None, *,
-                  deadline: float | None = None) -> tuple[Resp, list[str]]:  # fmt: skip
+    async def run(
+        self,
+        principal: Principal,
+        handler: Callable[[Principal, Req], Awaitable[Resp]],
+        request: Req,
+        timeout: float | None = None,
+        *,
+        deadline: float | None = None,
+        collect: bool = True,
+    ) -> tuple[Resp, list[str]]:
         """``(response, shards that could not be asked)``; ApiError past the bounds.
 
         ``timeout`` is the transport's own time limit (CANCELLED past it, like the server's
-        bound); ``deadline`` the seconds the caller itself waits (DEADLINE_EXCEEDED past it)."""
+        bound); ``deadline`` the seconds the caller itself waits (DEADLINE_EXCEEDED past it).
+        ``collect=False``: the caller has no use for the shards (the list is always empty)."""
         caller = caller_of(principal)
         held = 0 if caller is None else self._by_caller.get(caller, 0)
         if held >= self.per_caller:
@@ -127,6 +138,9 @@ class UnaryRunner:
             self._by_caller[caller] = held + 1
         token = _DEADLINE.set(asyncio.get_running_loop().time() + limit)
         try:
+            if not collect:
+                async with asyncio.timeout(limit):
+                    return await handler(principal, request), []
             with collect_unavailable() as missing:
                 # asyncio.timeout: no extra task, unlike wait_for
                 async with asyncio.timeout(limit):

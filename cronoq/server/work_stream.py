@@ -85,8 +85,9 @@ class WorkStreams:
             try:
                 first = await asyncio.wait_for(context.read(), REGISTER_TIMEOUT_S)
             except TimeoutError:
-                raise refusal or ApiError(Code.DEADLINE_EXCEEDED,
-                                          f"no Register message within {REGISTER_TIMEOUT_S:g} s") from None  # fmt: skip
+                raise refusal or ApiError(
+                    Code.DEADLINE_EXCEEDED, f"no Register message within {REGISTER_TIMEOUT_S:g} s"
+                ) from None
             except ApiError as unreadable:  # a malformed first message; credentials still come first
                 raise refusal or unreadable from None
             if refusal is not None:
@@ -141,17 +142,25 @@ class WorkStreams:
             session = service.register_worker(pool, granted, name, labels, register.protocol_version)
         except Exception as exc:
             raise from_exception(exc) from exc
-        log.info("worker %d (%s, %s) registered for pool %s: %d slots granted of %d requested%s",
-                 session.id, name or "unnamed", principal.name, pool, granted, register.slots,
-                 ", batching" if register.batch_bytes else "")  # fmt: skip
+        log.info(
+            "worker %d (%s, %s) registered for pool %s: %d slots granted of %d requested%s",
+            session.id,
+            name or "unnamed",
+            principal.name,
+            pool,
+            granted,
+            register.slots,
+            ", batching" if register.batch_bytes else "",
+        )
         return service, session
 
 
 class _WorkStream:
     """One registered Work stream. ``batch_limit`` > 0: the worker takes batches of that many bytes."""
 
-    def __init__(self, streams: WorkStreams, service: ShardService, session: WorkerSession, context: Any,
-                 batch_limit: int) -> None:  # fmt: skip
+    def __init__(
+        self, streams: WorkStreams, service: ShardService, session: WorkerSession, context: Any, batch_limit: int
+    ) -> None:
         self.streams = streams
         self.service = service
         self.session = session
@@ -207,8 +216,14 @@ class _WorkStream:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
             self.service.unregister_worker(session, reason)
-            log.info("work stream of worker %d ended: %d leases in %d messages, %d reports in %d messages",
-                     session.id, self.leases_out, self.messages_out, self.reports_in, self.messages_in)  # fmt: skip
+            log.info(
+                "work stream of worker %d ended: %d leases in %d messages, %d reports in %d messages",
+                session.id,
+                self.leases_out,
+                self.messages_out,
+                self.reports_in,
+                self.messages_in,
+            )
         if error is not None:
             await abort_call(context, error)
 
@@ -338,8 +353,9 @@ class _WorkStream:
 
     def _fail(self, fail: pb.Fail) -> None:
         if fail.lease in self.session.running:
-            self.service.worker_fail(self.session, fail.lease, convert.sanitize_message(fail.message), fail.permanent,
-                                     _retry_after(fail))  # fmt: skip
+            self.service.worker_fail(
+                self.session, fail.lease, convert.sanitize_message(fail.message), fail.permanent, _retry_after(fail)
+            )
 
     def _cancelled(self, lease: int) -> None:
         if lease in self.session.running:

@@ -10,7 +10,7 @@ import pytest
 from cronoq.chaos.checker import Execution, Fault, History
 from cronoq.chaos.cli import main
 from cronoq.chaos.ledger import Ledger, Submission
-from cronoq.chaos.report import plot_svg, read_lines, summarize_lines, summary_table
+from cronoq.chaos.report import move_table, plot_svg, read_lines, summarize_lines, summary_table
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -32,6 +32,21 @@ def test_runs_of_one_drill_are_summed_and_their_takeovers_ranked() -> None:
     table = summary_table([kill, worker], markdown=True).splitlines()
     assert table[0].startswith("| drill | store | runs |") and len(table) == 4
     assert table[2].split(" | ")[:3] == ["| leader-kill", "postgres", "20"]
+
+
+def test_pool_moves_are_tabled_apart_with_and_without_a_leader_killed() -> None:
+    def move(fault: str, gap: float, ratio: float | None, duration: float | None = 1.0) -> dict[str, object]:
+        return {"fault": fault, "duration_s": duration, "admission_gap_s": gap, "others_ratio": ratio}
+
+    lines = [
+        {**line("pool-move"), "moves": [move("", 1.2, 0.7), move("source-leader killed 1.00s in", 3.5, 0.4)]},
+        {**line("pool-move"), "moves": [move("", 0.8, None), move("", 1.0, 0.9, duration=None)]},
+    ]
+    assert move_table([line("leader-kill")]) is None
+    head, rule, clean, killed = (move_table(lines, markdown=True) or "").splitlines()
+    assert head.startswith("| moves | fault | done |") and rule.startswith("|---|")
+    assert clean == "| 3 | none | 2 | 1.00 | 1.00 | 1.00 | 1.20 | 1.20 | 0.70 | 0.70 |"
+    assert killed == "| 1 | leader killed | 1 | 1.00 | 1.00 | 3.50 | 3.50 | 3.50 | 0.40 | 0.40 |"
 
 
 def test_the_table_command_reads_runs_files(tmp_path: Path, capsys: object) -> None:

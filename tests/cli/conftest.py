@@ -52,8 +52,13 @@ class EchoWorker:
 
     def __init__(self, address: str, pool: str = "default", name: str = WORKER_NAME) -> None:
         script = Path(__file__).with_name("worker_child.py")
-        self.proc = subprocess.Popen([sys.executable, str(script), address, pool, WORKER_TOKEN, name],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)  # fmt: skip
+        self.proc = subprocess.Popen(
+            [sys.executable, str(script), address, pool, WORKER_TOKEN, name],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+        )
 
     def start(self) -> EchoWorker:
         assert self.proc.stdout is not None
@@ -137,21 +142,42 @@ class Cli:
     def __init__(self, address: str) -> None:
         self.address = address
 
-    def __call__(self, *args: str, token: str | None = ADMIN_TOKEN, stdin: bytes | None = None,
-                 address: str | None = None, timeout: float = 60.0) -> subprocess.CompletedProcess[bytes]:  # fmt: skip
-        return subprocess.run([sys.executable, "-m", "cronoq.cli", *args], input=stdin, capture_output=True,
-                              cwd=ROOT, env=cli_env(address or self.address, token), timeout=timeout)  # fmt: skip
+    def __call__(
+        self,
+        *args: str,
+        token: str | None = ADMIN_TOKEN,
+        stdin: bytes | None = None,
+        address: str | None = None,
+        timeout: float = 60.0,
+    ) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(
+            [sys.executable, "-m", "cronoq.cli", *args],
+            input=stdin,
+            capture_output=True,
+            cwd=ROOT,
+            env=cli_env(address or self.address, token),
+            timeout=timeout,
+        )
 
-    def many(self, *commands: Sequence[str], token: str | None = ADMIN_TOKEN,
-             tokens: Sequence[str | None] | None = None) -> list[subprocess.CompletedProcess[bytes]]:  # fmt: skip
+    def many(
+        self, *commands: Sequence[str], token: str | None = ADMIN_TOKEN, tokens: Sequence[str | None] | None = None
+    ) -> list[subprocess.CompletedProcess[bytes]]:
         """Run independent commands side by side (no input), with ``token`` or one of ``tokens`` each."""
         chosen = list(tokens) if tokens is not None else [token] * len(commands)
         procs = [
-            (args, subprocess.Popen([sys.executable, "-m", "cronoq.cli", *args], stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT,
-                                    env=cli_env(self.address, each)))
+            (
+                args,
+                subprocess.Popen(
+                    [sys.executable, "-m", "cronoq.cli", *args],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    cwd=ROOT,
+                    env=cli_env(self.address, each),
+                ),
+            )
             for args, each in zip(commands, chosen, strict=True)
-        ]  # fmt: skip
+        ]
         done = []
         for args, proc in procs:
             out, err = proc.communicate(timeout=60)

@@ -33,8 +33,7 @@ async def main(target: str, token: str, prefix: str, seconds: str, pools: list[s
             if stop.is_set():
                 break
             try:
-                await client.submit({"sleep": float(seconds)}, pool=pool, key=f"{prefix}-{number}",
-                                    call_timeout=10.0)  # fmt: skip
+                await client.submit({"sleep": float(seconds)}, pool=pool, key=f"{prefix}-{number}", call_timeout=10.0)
             except Exception as exc:  # keep the stream going; the test judges by what it sees
                 print(f"submit to {pool} failed: {exc}", file=sys.stderr, flush=True)
             else:

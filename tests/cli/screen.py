@@ -28,9 +28,15 @@ def plain(text: str) -> str:
 
 class Screen:
     def __init__(self, args: Sequence[str], env: dict[str, str], rows: int = 50, cols: int = 200) -> None:
-        self.child = pexpect.spawn(sys.executable, ["-m", "cronoq.cli", *args], env={**env, "TERM": "xterm-256color"},
-                                   cwd=str(ROOT), dimensions=(rows, cols), encoding="utf-8",
-                                   codec_errors="replace")  # fmt: skip
+        self.child = pexpect.spawn(
+            sys.executable,
+            ["-m", "cronoq.cli", *args],
+            env={**env, "TERM": "xterm-256color"},
+            cwd=str(ROOT),
+            dimensions=(rows, cols),
+            encoding="utf-8",
+            codec_errors="replace",
+        )
         self.raw = ""
 
     def _read(self, wait: float) -> None:

@@ -22,16 +22,43 @@ def unique(prefix: str) -> str:
 
 def test_submit_with_every_option_then_get_by_id_and_by_key(cli: Cli) -> None:
     key = unique("doc")
-    task_id = cli.ok("submit", '{"doc": 42}', "--json", "--pool", "idle", "--priority", "high", "--kind", "ocr",
-                     "--key", key, "--tenant", "acme", "--label", "gpu=a100", "--tag", "team=search",
-                     "--deadline-in", "30", "--start-in", "0", "--timeout", "1m", "--content-type",
-                     "application/vnd.test+json").strip()  # fmt: skip
+    task_id = cli.ok(
+        "submit",
+        '{"doc": 42}',
+        "--json",
+        "--pool",
+        "idle",
+        "--priority",
+        "high",
+        "--kind",
+        "ocr",
+        "--key",
+        key,
+        "--tenant",
+        "acme",
+        "--label",
+        "gpu=a100",
+        "--tag",
+        "team=search",
+        "--deadline-in",
+        "30",
+        "--start-in",
+        "0",
+        "--timeout",
+        "1m",
+        "--content-type",
+        "application/vnd.test+json",
+    ).strip()
     assert task_id.isdigit()
     info = cli.json("get", task_id)
     assert info["id"] == task_id and isinstance(info["created_unix_ns"], str)
     assert (info["pool"], info["key"], info["kind"], info["priority"], info["tenant"]) == (
-        "idle", key, "ocr", "high", "acme",
-    )  # fmt: skip
+        "idle",
+        key,
+        "ocr",
+        "high",
+        "acme",
+    )
     assert cli.json("get", "--key", key)["id"] == task_id
     # --after by key and by id: the child waits for both parents (which never run in pool idle).
     child = cli.ok("submit", "child", "--pool", "idle", "--after", key, "--after", task_id).strip()
@@ -79,8 +106,12 @@ def test_a_failed_task_exits_with_task_failed(cli: Cli, worker: EchoWorker) -> N
     assert waited.returncode == Exit.TASK_FAILED and b"again" in waited.stderr
     as_json = cli("wait", task_id, "-o", "json")
     assert as_json.returncode == Exit.TASK_FAILED
-    assert json.loads(as_json.stdout) == {"id": task_id, "status": "failed", "output_available": False,
-                                          "message": "again"}  # fmt: skip
+    assert json.loads(as_json.stdout) == {
+        "id": task_id,
+        "status": "failed",
+        "output_available": False,
+        "message": "again",
+    }
 
 
 def test_waiting_too_long_exits_with_timeout(cli: Cli) -> None:
@@ -97,10 +128,21 @@ def test_unknown_tasks_are_not_found_and_bad_ids_are_usage_errors(cli: Cli) -> N
     for done in cli.many(*missing):
         assert done.returncode == Exit.NOT_FOUND, (done.args, done.stderr)
         assert b"not_found" in done.stderr
-    wrong = [("get", "abc"), ("get",), ("get", "1", "--key", "k"), ("tasks", "--status", "bogus"), ("submit",),
-             ("submit", "{oops", "--json"), ("submit", "x", "--label", "novalue"), ("tasks", "--limit", "0"),
-             ("submit", "x", "--deadline-in", "soon"), ("submit", "x", "--priority", "urgent"), ("frobnicate",),
-             ("submit", "x", "--file", "/nonexistent/payload"), ("submit", "[NaN]", "--json")]  # fmt: skip
+    wrong = [
+        ("get", "abc"),
+        ("get",),
+        ("get", "1", "--key", "k"),
+        ("tasks", "--status", "bogus"),
+        ("submit",),
+        ("submit", "{oops", "--json"),
+        ("submit", "x", "--label", "novalue"),
+        ("tasks", "--limit", "0"),
+        ("submit", "x", "--deadline-in", "soon"),
+        ("submit", "x", "--priority", "urgent"),
+        ("frobnicate",),
+        ("submit", "x", "--file", "/nonexistent/payload"),
+        ("submit", "[NaN]", "--json"),
+    ]
     for done in cli.many(*wrong):
         assert done.returncode == Exit.USAGE, (done.args, done.stderr)
         assert done.stderr, done.args
@@ -136,8 +178,9 @@ def test_tasks_lists_one_page_or_every_page(cli: Cli) -> None:
 
 
 def test_workers_schedules_and_snapshot(cli: Cli, worker: EchoWorker) -> None:
-    runs = cli.many(("workers",), ("workers", "-o", "json"), ("snapshot", "-o", "json"), ("snapshot",),
-                    token=METRICS_TOKEN)  # fmt: skip
+    runs = cli.many(
+        ("workers",), ("workers", "-o", "json"), ("snapshot", "-o", "json"), ("snapshot",), token=METRICS_TOKEN
+    )
     assert all(done.returncode == 0 for done in runs), [done.stderr for done in runs]
     table, listed, snapshot, text = (done.stdout.decode() for done in runs)
     assert table.splitlines()[0].split() == ["ID", "NAME", "POOL", "BUSY/SLOTS", "LABELS", "CONNECTED"]
@@ -151,8 +194,22 @@ def test_workers_schedules_and_snapshot(cli: Cli, worker: EchoWorker) -> None:
     assert "POOL" in text and "CAPACITY" in text and "totals:" in text and "idle" in text
 
     name = unique("nightly")
-    added = cli.ok("schedule", "add", name, "0 0 3 * * *", '{"report": "daily"}', "--json", "--tz",
-                   "Europe/Berlin", "--overlap", "queue", "--pool", "idle", "--key", name)  # fmt: skip
+    added = cli.ok(
+        "schedule",
+        "add",
+        name,
+        "0 0 3 * * *",
+        '{"report": "daily"}',
+        "--json",
+        "--tz",
+        "Europe/Berlin",
+        "--overlap",
+        "queue",
+        "--pool",
+        "idle",
+        "--key",
+        name,
+    )
     assert added.strip() == f"schedule {name} added"
     schedules = cli.json("schedules", token=METRICS_TOKEN)["schedules"]
     mine_s = [s for s in schedules if s["name"] == name]
@@ -167,9 +224,13 @@ def test_workers_schedules_and_snapshot(cli: Cli, worker: EchoWorker) -> None:
 
 
 def test_watch_prints_events_until_ctrl_c(server: ServerProcess, cli: Cli, worker: EchoWorker) -> None:
-    watcher = subprocess.Popen([sys.executable, "-m", "cronoq.cli", "watch", "--pool", "default", "--all",
-                                "-o", "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT,
-                               env=cli_env(server.address, CLIENT_TOKEN))  # fmt: skip
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "cronoq.cli", "watch", "--pool", "default", "--all", "-o", "json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+        env=cli_env(server.address, CLIENT_TOKEN),
+    )
     try:
         assert watcher.stdout is not None
         key = unique("watched")
@@ -200,9 +261,13 @@ def test_watch_prints_events_until_ctrl_c(server: ServerProcess, cli: Cli, worke
 
 def test_credentials_and_roles(cli: Cli) -> None:
     bad, missing, wrong_role, not_metrics, no_flag = cli.many(
-        ("tasks",), ("tasks",), ("submit", "x", "--pool", "idle"), ("snapshot",), ("--token", "abc", "tasks"),
+        ("tasks",),
+        ("tasks",),
+        ("submit", "x", "--pool", "idle"),
+        ("snapshot",),
+        ("--token", "abc", "tasks"),
         tokens=["not-a-known-token-0123456789", None, METRICS_TOKEN, CLIENT_TOKEN, ADMIN_TOKEN],
-    )  # fmt: skip
+    )
     assert bad.returncode == Exit.DENIED and b"unauthenticated" in bad.stderr
     assert missing.returncode == Exit.DENIED
     assert wrong_role.returncode == Exit.DENIED

@@ -56,8 +56,14 @@ def test_values() -> None:
     assert seconds("30", "--x") == 30.0 and seconds("250ms", "--x") == 0.25 and seconds("2h", "--x") == 7200.0
     assert pairs(["gpu=a100", "empty=", "eq=a=b"], "--label") == {"gpu": "a100", "empty": "", "eq": "a=b"}
     assert task_id("17") == 17
-    for call in (lambda: seconds("-1", "--x"), lambda: seconds("soon", "--x"), lambda: pairs(["a=1", "a=2"], "--l"),
-                 lambda: pairs(["=v"], "--l"), lambda: task_id("0x11"), lambda: task_id("0"),
-                 lambda: task_id(str(2**64))):  # fmt: skip
+    for call in (
+        lambda: seconds("-1", "--x"),
+        lambda: seconds("soon", "--x"),
+        lambda: pairs(["a=1", "a=2"], "--l"),
+        lambda: pairs(["=v"], "--l"),
+        lambda: task_id("0x11"),
+        lambda: task_id("0"),
+        lambda: task_id(str(2**64)),
+    ):
         with pytest.raises(CliError):
             call()

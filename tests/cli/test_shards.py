@@ -33,9 +33,16 @@ def test_two_shards_and_a_missing_one(tmp_path: Path) -> None:
         assert cli.json("snapshot")["unavailable_shards"] == []
 
         servers[1].kill()
-        runs = cli.many(("tasks", "--all", "-o", "json"), ("tasks",), ("snapshot", "-o", "json"),
-                        ("workers", "-o", "json"), ("schedules", "-o", "json"), ("get", "--key", "on-s1", "-o", "json"),
-                        ("get", "--key", "on-s1"), ("get", "--key", "on-s2"))  # fmt: skip
+        runs = cli.many(
+            ("tasks", "--all", "-o", "json"),
+            ("tasks",),
+            ("snapshot", "-o", "json"),
+            ("workers", "-o", "json"),
+            ("schedules", "-o", "json"),
+            ("get", "--key", "on-s1", "-o", "json"),
+            ("get", "--key", "on-s1"),
+            ("get", "--key", "on-s2"),
+        )
         partial, table, snapshot, workers, schedules, found, shown, missing = runs
         assert all(done.returncode == 0 for done in runs[:-1]), [done.stderr for done in runs]
         listing = json.loads(partial.stdout)
@@ -61,12 +68,18 @@ def test_every_command_works_from_either_node(tmp_path: Path) -> None:
     workers: list[EchoWorker] = []
     watcher: subprocess.Popen[bytes] | None = None
     try:
-        workers += [EchoWorker(f"127.0.0.1:{ports['s1']}", "a", name="worker-a").start(),
-                    EchoWorker(f"127.0.0.1:{ports['s2']}", "b", name="worker-b").start()]  # fmt: skip
+        workers += [
+            EchoWorker(f"127.0.0.1:{ports['s1']}", "a", name="worker-a").start(),
+            EchoWorker(f"127.0.0.1:{ports['s2']}", "b", name="worker-b").start(),
+        ]
         # Events of both shards, merged by the node the watcher talks to.
-        watcher = subprocess.Popen([sys.executable, "-m", "cronoq.cli", "watch", "-o", "json"],
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT,
-                                   env=cli_env(f"127.0.0.1:{ports['s1']}", ADMIN_TOKEN))  # fmt: skip
+        watcher = subprocess.Popen(
+            [sys.executable, "-m", "cronoq.cli", "watch", "-o", "json"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=ROOT,
+            env=cli_env(f"127.0.0.1:{ports['s1']}", ADMIN_TOKEN),
+        )
         for here, there, pool in (("s1", "s2", "b"), ("s2", "s1", "a")):
             cli, tag = nodes[here], f"{here}-{uuid.uuid4().hex[:8]}"
             # A task of the other shard, submitted, waited for, looked up and listed from this node.

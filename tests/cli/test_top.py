@@ -91,15 +91,19 @@ def test_top_shows_errors_while_the_server_is_away_and_recovers(tmp_path: Path) 
         top.wait_frame(lambda f: "│ watched " in f and "unavailable" not in f, "the pools of the first server")
         server.kill()
         seen = len(top.frames())
-        top.wait_frame(lambda f: f.count("unavailable") >= 3, "the panes reporting the server as unavailable",
-                       since=seen)  # fmt: skip
+        top.wait_frame(
+            lambda f: f.count("unavailable") >= 3, "the panes reporting the server as unavailable", since=seen
+        )
         # The same address comes back (as a new leader would), now with one more pool.
         server.config_template = CONFIG + '\n[[pools]]\nname = "reborn"\n'
         server._spawn()
         server.wait_for("listening")
         seen = len(top.frames())
-        frame = top.wait_frame(lambda f: "│ reborn " in f and "unavailable" not in f and "stream connected" in f,
-                               "every pane recovered, with the new pool", since=seen)  # fmt: skip
+        frame = top.wait_frame(
+            lambda f: "│ reborn " in f and "unavailable" not in f and "stream connected" in f,
+            "every pane recovered, with the new pool",
+            since=seen,
+        )
         assert "│ watched " in frame
         top.child.send("q")
         assert top.finish() == 0
@@ -141,8 +145,9 @@ def test_top_on_a_busy_two_shard_cluster_shows_both_shards(tmp_path: Path) -> No
     ports = {"s1": free_port(), "s2": free_port()}
     # Pool "other" exists because the shared test credentials include tokens scoped to it.
     shard_pools = {"s1": ["alpha", "other"], "s2": ["beta"]}
-    servers = [ServerProcess(tmp_path, shard_config(name, ports, shard_pools), name=name).start()
-               for name in shard_pools]  # fmt: skip
+    servers = [
+        ServerProcess(tmp_path, shard_config(name, ports, shard_pools), name=name).start() for name in shard_pools
+    ]
     node = f"127.0.0.1:{ports['s1']}"
     workers: list[EchoWorker] = []
     producer: subprocess.Popen[str] | None = None
@@ -150,13 +155,20 @@ def test_top_on_a_busy_two_shard_cluster_shows_both_shards(tmp_path: Path) -> No
     prefix = f"busy-{uuid.uuid4().hex[:8]}"
     try:
         # Each worker serves its pool on its own shard; top and the producer only talk to s1.
-        workers += [EchoWorker(f"127.0.0.1:{ports['s1']}", "alpha", name="top-worker-alpha").start(),
-                    EchoWorker(f"127.0.0.1:{ports['s2']}", "beta", name="top-worker-beta").start()]  # fmt: skip
+        workers += [
+            EchoWorker(f"127.0.0.1:{ports['s1']}", "alpha", name="top-worker-alpha").start(),
+            EchoWorker(f"127.0.0.1:{ports['s2']}", "beta", name="top-worker-beta").start(),
+        ]
         top = Screen(["top", "--interval", "0.5"], cli_env(node, ADMIN_TOKEN))
         top.wait_frame(lambda f: _pool_row(f, "beta") is not None, "the pools of both shards")
         script = Path(__file__).with_name("producer_child.py")
-        producer = subprocess.Popen([sys.executable, str(script), node, ADMIN_TOKEN, prefix, "0.3", "alpha", "beta"],
-                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)  # fmt: skip
+        producer = subprocess.Popen(
+            [sys.executable, str(script), node, ADMIN_TOKEN, prefix, "0.3", "alpha", "beta"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+        )
 
         def both_shards_busy(frame: str) -> bool:
             return (
@@ -190,24 +202,34 @@ def test_top_on_a_busy_two_shard_cluster_shows_both_shards(tmp_path: Path) -> No
         newest = {pool: _event_rows(first, prefix, pool)[0][1] for pool in ("alpha", "beta")}
         seen = len(top.frames())
         top.wait_frame(
-            lambda f: all(_event_rows(f, prefix, pool) and _event_rows(f, prefix, pool)[0][1] != newest[pool]
-                          for pool in newest),
+            lambda f: all(
+                _event_rows(f, prefix, pool) and _event_rows(f, prefix, pool)[0][1] != newest[pool] for pool in newest
+            ),
             "newer events of both pools",
             timeout=60,
             since=seen,
-        )  # fmt: skip
+        )
 
         # Shard s2 goes away: the header and the event pane name it, and shard s1's pools and events
         # keep coming.
         servers[1].kill()
         seen = len(top.frames())
-        gone = top.wait_frame(lambda f: "shards unavailable: s2" in f and _pool_row(f, "beta") is None
-                              and "stream connected; no events from s2" in f, "shard s2 named as unavailable",
-                              since=seen)  # fmt: skip
+        gone = top.wait_frame(
+            lambda f: (
+                "shards unavailable: s2" in f
+                and _pool_row(f, "beta") is None
+                and "stream connected; no events from s2" in f
+            ),
+            "shard s2 named as unavailable",
+            since=seen,
+        )
         last_beta = max((int(row[1]) for row in _event_rows(gone, prefix, "beta")), default=0)
         seen = len(top.frames())
-        top.wait_frame(lambda f: bool(_event_rows(f, prefix, "alpha")) and "shards unavailable: s2" in f,
-                       "events of shard s1 while s2 is away", since=seen)  # fmt: skip
+        top.wait_frame(
+            lambda f: bool(_event_rows(f, prefix, "alpha")) and "shards unavailable: s2" in f,
+            "events of shard s1 while s2 is away",
+            since=seen,
+        )
         # It comes back at the same address: its pools, workers and events return without a key press.
         servers[1]._spawn()
         servers[1].wait_for("listening")

@@ -52,8 +52,7 @@ async def main(target: str, pool: str, token: str, name: str) -> None:
         loop.call_soon_threadsafe(stop.set)
 
     stop = asyncio.Event()
-    worker = Worker(target, pool, handle, token=token, slots=4, name=name, backoff=(0.05, 0.5),
-                    labels={"zone": "test"})  # fmt: skip
+    worker = Worker(target, pool, handle, token=token, slots=4, name=name, backoff=(0.05, 0.5), labels={"zone": "test"})
     serving = asyncio.ensure_future(worker.run())
     await worker.wait_registered(30)
     print("registered", flush=True)

@@ -23,9 +23,14 @@ from cronoq.proto import cronoq_pb2_grpc
 pb_grpc: Any = cronoq_pb2_grpc
 
 TERMINAL = {
-    pb.TASK_STATUS_SUCCEEDED, pb.TASK_STATUS_FAILED, pb.TASK_STATUS_DEAD_LETTERED, pb.TASK_STATUS_CANCELLED,
-    pb.TASK_STATUS_SKIPPED, pb.TASK_STATUS_MISSED, pb.TASK_STATUS_SHED,
-}  # fmt: skip
+    pb.TASK_STATUS_SUCCEEDED,
+    pb.TASK_STATUS_FAILED,
+    pb.TASK_STATUS_DEAD_LETTERED,
+    pb.TASK_STATUS_CANCELLED,
+    pb.TASK_STATUS_SKIPPED,
+    pb.TASK_STATUS_MISSED,
+    pb.TASK_STATUS_SHED,
+}
 
 
 @dataclass
@@ -130,8 +135,15 @@ class FakeCronoq:
         rec = self.tasks[task_id]
         rec.status, rec.output, rec.message = status, output, message
         rec.done.set()
-        event = pb.StatusEvent(id=rec.id, pool=rec.spec.pool or "default", key=rec.spec.key, status=status,  # type: ignore[arg-type]
-                               attempt=rec.attempt, at_unix_ns=1_000_000_000 * rec.id, message=message)  # fmt: skip
+        event = pb.StatusEvent(
+            id=rec.id,
+            pool=rec.spec.pool or "default",
+            key=rec.spec.key,
+            status=status,  # type: ignore[arg-type]
+            attempt=rec.attempt,
+            at_unix_ns=1_000_000_000 * rec.id,
+            message=message,
+        )
         for q in self.watchers:
             q.put_nowait(event)
 
@@ -177,19 +189,29 @@ class FakeCronoq:
         if rec is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, "unknown task")
         assert rec is not None
-        return pb.TaskInfo(id=rec.id, status=rec.status, pool=rec.spec.pool or "default", key=rec.spec.key,  # type: ignore[arg-type]
-                           kind=rec.spec.kind, attempt=rec.attempt, max_attempts=3, created_unix_ns=rec.id * 10**9,
-                           priority=rec.spec.priority, tenant=rec.spec.tenant)  # fmt: skip
+        return pb.TaskInfo(
+            id=rec.id,
+            status=rec.status,
+            pool=rec.spec.pool or "default",
+            key=rec.spec.key,  # type: ignore[arg-type]
+            kind=rec.spec.kind,
+            attempt=rec.attempt,
+            max_attempts=3,
+            created_unix_ns=rec.id * 10**9,
+            priority=rec.spec.priority,
+            tenant=rec.spec.tenant,
+        )
 
     async def ListTasks(self, request: pb.ListTasksRequest, context: Any) -> pb.ListTasksResponse:
         await self._enter("ListTasks", request, context)
         limit = request.limit or 100
         chosen = [
-            rec for tid, rec in sorted(self.tasks.items())
+            rec
+            for tid, rec in sorted(self.tasks.items())
             if tid > request.after
             and (not request.pools or (rec.spec.pool or "default") in request.pools)
             and (not request.statuses or rec.status in request.statuses)
-        ]  # fmt: skip
+        ]
         page = chosen[:limit]
         response = pb.ListTasksResponse(unavailable_shards=["shard-9"])
         for rec in page:
@@ -247,10 +269,13 @@ class FakeCronoq:
             stream.register = first.register
             if self.on_register is not None:
                 await self.on_register(stream, context)
-            registered = pb.Registered(worker_id=len(self.streams), slots=self.granted_slots,
-                                       protocol_version=self.protocol_version,
-                                       max_message_bytes=self.max_message_bytes,
-                                       batching=self.batching and stream.register.batch_bytes > 0)  # fmt: skip
+            registered = pb.Registered(
+                worker_id=len(self.streams),
+                slots=self.granted_slots,
+                protocol_version=self.protocol_version,
+                max_message_bytes=self.max_message_bytes,
+                batching=self.batching and stream.register.batch_bytes > 0,
+            )
             if self.lease_ttl_s is not None:
                 registered.lease_ttl_s = self.lease_ttl_s
             await context.write(pb.ServerMessage(registered=registered))
@@ -319,9 +344,18 @@ class FakeCronoq:
         lease_id = self.next_lease
         self.next_lease += 1
         self.leases[lease_id] = task_id
-        lease = pb.Lease(lease=lease_id, task_id=task_id, attempt=rec.attempt, payload=rec.spec.payload,
-                         content_type=rec.spec.content_type, kind=rec.spec.kind, key=rec.spec.key,
-                         tags=dict(rec.spec.tags), pool=pool, priority=rec.spec.priority)  # fmt: skip
+        lease = pb.Lease(
+            lease=lease_id,
+            task_id=task_id,
+            attempt=rec.attempt,
+            payload=rec.spec.payload,
+            content_type=rec.spec.content_type,
+            kind=rec.spec.kind,
+            key=rec.spec.key,
+            tags=dict(rec.spec.tags),
+            pool=pool,
+            priority=rec.spec.priority,
+        )
         if self.lease_ttl_per_lease is not None:
             lease.lease_ttl_s = self.lease_ttl_per_lease
         if rec.spec.HasField("timeout_s"):
@@ -341,8 +375,14 @@ class FakeCronoq:
     async def Snapshot(self, request: pb.Empty, context: Any) -> pb.SnapshotResponse:
         await self._enter("Snapshot", request, context)
         pool = pb.PoolSnapshot(name="default", capacity=2, busy=1, pending_by_class=[0, 1, 2, 0], wait_p50_s=0.5)
-        return pb.SnapshotResponse(pools=[pool], live_tasks=len(self.tasks), running=1, pending=3,
-                                   totals=pb.Totals(submitted=len(self.tasks)), workers_connected=1)  # fmt: skip
+        return pb.SnapshotResponse(
+            pools=[pool],
+            live_tasks=len(self.tasks),
+            running=1,
+            pending=3,
+            totals=pb.Totals(submitted=len(self.tasks)),
+            workers_connected=1,
+        )
 
     async def AddRecurring(self, request: pb.RecurringRequest, context: Any) -> pb.Empty:
         await self._enter("AddRecurring", request, context)
@@ -358,17 +398,27 @@ class FakeCronoq:
         response = pb.ListWorkersResponse()
         for index, s in enumerate(self.streams, start=1):
             if s.register is not None and not s.ended.is_set():
-                response.workers.append(pb.WorkerInfo(id=index, name=s.register.worker_name, pool=s.register.pool,
-                                                      labels=dict(s.register.labels), slots=s.register.slots,
-                                                      connected_unix_ns=5 * 10**9))  # fmt: skip
+                response.workers.append(
+                    pb.WorkerInfo(
+                        id=index,
+                        name=s.register.worker_name,
+                        pool=s.register.pool,
+                        labels=dict(s.register.labels),
+                        slots=s.register.slots,
+                        connected_unix_ns=5 * 10**9,
+                    )
+                )
         return response
 
     async def ListRecurring(self, request: pb.Empty, context: Any) -> pb.ListRecurringResponse:
         await self._enter("ListRecurring", request, context)
         response = pb.ListRecurringResponse()
         for r in self.recurring.values():
-            response.schedules.append(pb.RecurringInfo(name=r.name, cron=r.cron, tz=r.tz, pool=r.template.pool,
-                                                       kind=r.template.kind, overlap=r.overlap))  # fmt: skip
+            response.schedules.append(
+                pb.RecurringInfo(
+                    name=r.name, cron=r.cron, tz=r.tz, pool=r.template.pool, kind=r.template.kind, overlap=r.overlap
+                )
+            )
         return response
 
 

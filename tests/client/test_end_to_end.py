@@ -22,8 +22,9 @@ async def echo(lease: Lease) -> Any:
 
 
 async def test_register_lease_complete_and_submit_wait(fake: FakeCronoq, start_worker: Any) -> None:
-    running = start_worker(f"http://{fake.address}/", echo, pool="llm", slots=4, token=TOKEN, name="w1",
-                           labels={"gpu": "a100"})  # fmt: skip
+    running = start_worker(
+        f"http://{fake.address}/", echo, pool="llm", slots=4, token=TOKEN, name="w1", labels={"gpu": "a100"}
+    )
     worker = running.worker
     await worker.wait_registered(timeout=5)
     assert (worker.worker_id, worker.granted_slots, worker.server_protocol) == (1, 4, 3)
@@ -32,8 +33,9 @@ async def test_register_lease_complete_and_submit_wait(fake: FakeCronoq, start_w
 
     stream = fake.streams[0]
     # batch_bytes: the Worker takes batched leases up to its channel's receive limit (gRPC's default).
-    assert stream.register == pb.Register(pool="llm", slots=4, worker_name="w1", protocol_version=3,
-                                          labels={"gpu": "a100"}, batch_bytes=4 * 1024 * 1024)  # fmt: skip
+    assert stream.register == pb.Register(
+        pool="llm", slots=4, worker_name="w1", protocol_version=3, labels={"gpu": "a100"}, batch_bytes=4 * 1024 * 1024
+    )
     assert stream.metadata["authorization"] == f"Bearer {TOKEN}"
 
     async with Client(fake.address, token=CLIENT_TOKEN) as client:
@@ -87,8 +89,14 @@ async def test_task_rpcs(fake: FakeCronoq) -> None:
 
         info = await client.get("k1")
         assert (info.id, info.status, info.pool, info.key, info.kind, info.tenant, info.priority) == (
-            1, "ready", "p", "k1", "kind-a", "t1", "low",
-        )  # fmt: skip
+            1,
+            "ready",
+            "p",
+            "k1",
+            "kind-a",
+            "t1",
+            "low",
+        )
         assert info.created_at == 1.0 and info.started_at is None and not info.done
         assert (await client.get(2)).key == "k2"
 
@@ -150,8 +158,11 @@ async def test_watch_streams_until_cancelled(fake: FakeCronoq) -> None:
         await eventually(lambda: len(fake.watchers) == 1, what="watch to open")
         request = fake.watch_requests[-1]
         assert (list(request.pools), list(request.ids), list(request.keys), request.all_transitions) == (
-            ["p"], [1, 2], ["a"], True,
-        )  # fmt: skip
+            ["p"],
+            [1, 2],
+            ["a"],
+            True,
+        )
         await client.submit("x", pool="p", key="a")
         await client.submit("y", pool="p")
         fake.settle(1, pb.TASK_STATUS_SUCCEEDED, b"")
@@ -204,8 +215,17 @@ async def test_admin_rpcs(fake: FakeCronoq, start_worker: Any) -> None:
         assert pool is not None and pool.pending == 3 and pool.wait_p50 == 0.5
         assert (snap.running, snap.pending, snap.workers_connected) == (1, 3, 1)
 
-        await client.add_recurring("nightly", "0 3 * * *", {"job": 1}, pool="gpu", kind="report", key="n",
-                                   tz="Europe/Paris", overlap="queue_on_success", deadline_in=60)  # fmt: skip
+        await client.add_recurring(
+            "nightly",
+            "0 3 * * *",
+            {"job": 1},
+            pool="gpu",
+            kind="report",
+            key="n",
+            tz="Europe/Paris",
+            overlap="queue_on_success",
+            deadline_in=60,
+        )
         request = fake.recurring["nightly"]
         assert (request.cron, request.tz, request.overlap) == ("0 3 * * *", "Europe/Paris", pb.OVERLAP_QUEUE_ON_SUCCESS)
         assert request.template == task({"job": 1}, pool="gpu", kind="report", key="n", deadline_in=60)

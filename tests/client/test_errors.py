@@ -138,10 +138,26 @@ def test_module_surface() -> None:
     import cronoq.client as mod
 
     assert set(mod.__all__) == {
-        "CancelTask", "Client", "ClientError", "Event", "Lease", "PROTOCOL_VERSION", "PoolSnapshot",
-        "RecurringInfo", "Reject", "Result", "Snapshot", "Submitted", "TaskInfo", "TaskPage", "Totals", "Worker",
-        "WorkerGroup", "WorkerInfo", "task",
-    }  # fmt: skip
+        "CancelTask",
+        "Client",
+        "ClientError",
+        "Event",
+        "Lease",
+        "PROTOCOL_VERSION",
+        "PoolSnapshot",
+        "RecurringInfo",
+        "Reject",
+        "Result",
+        "Snapshot",
+        "Submitted",
+        "TaskInfo",
+        "TaskPage",
+        "Totals",
+        "Worker",
+        "WorkerGroup",
+        "WorkerInfo",
+        "task",
+    }
     for name in mod.__all__:
         assert hasattr(mod, name)
     assert mod.PROTOCOL_VERSION == 3

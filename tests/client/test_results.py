@@ -71,8 +71,9 @@ def test_defaults() -> None:
 
 
 def test_result_from_pb_and_helpers() -> None:
-    done = c.Result.from_pb(pb.TaskResult(id=3, status=pb.TASK_STATUS_SUCCEEDED, output=b'{"a": 1}',
-                                           output_available=True))  # fmt: skip
+    done = c.Result.from_pb(
+        pb.TaskResult(id=3, status=pb.TASK_STATUS_SUCCEEDED, output=b'{"a": 1}', output_available=True)
+    )
     assert done == c.Result(3, "succeeded", b'{"a": 1}', "", True)
     assert done.ok and done.json() == {"a": 1} and done.text() == '{"a": 1}'
 
@@ -110,9 +111,21 @@ def test_status_names_and_done(number: int, text: str) -> None:
 
 
 def test_task_info_from_pb() -> None:
-    m = pb.TaskInfo(id=7, status=pb.TASK_STATUS_RUNNING, pool="p", key="k", kind="x", attempt=2, max_attempts=3,
-                    created_unix_ns=1_500_000_000, started_unix_ns=0, message="m", output_available=False,
-                    tenant="t", priority=pb.PRIORITY_LOW)  # fmt: skip
+    m = pb.TaskInfo(
+        id=7,
+        status=pb.TASK_STATUS_RUNNING,
+        pool="p",
+        key="k",
+        kind="x",
+        attempt=2,
+        max_attempts=3,
+        created_unix_ns=1_500_000_000,
+        started_unix_ns=0,
+        message="m",
+        output_available=False,
+        tenant="t",
+        priority=pb.PRIORITY_LOW,
+    )
     info = c.TaskInfo.from_pb(m)
     assert info == c.TaskInfo(7, "running", "p", "k", "x", 2, 3, 1.5, 0.0, None, "m", False, "t", "low")
 
@@ -122,8 +135,9 @@ def test_task_info_unspecified_priority_is_none() -> None:
 
 
 def test_task_page_from_pb() -> None:
-    page = c.TaskPage.from_pb(pb.ListTasksResponse(tasks=[pb.TaskInfo(id=1), pb.TaskInfo(id=2)], next_after=2,
-                                                    unavailable_shards=["s1"]))  # fmt: skip
+    page = c.TaskPage.from_pb(
+        pb.ListTasksResponse(tasks=[pb.TaskInfo(id=1), pb.TaskInfo(id=2)], next_after=2, unavailable_shards=["s1"])
+    )
     assert [t.id for t in page.tasks] == [1, 2] and page.next_after == 2 and page.unavailable_shards == ("s1",)
     assert c.TaskPage.from_pb(pb.ListTasksResponse()).next_after is None
 
@@ -136,8 +150,11 @@ def test_submitted_from_pb() -> None:
 
 
 def test_worker_info_from_pb() -> None:
-    w = c.WorkerInfo.from_pb(pb.WorkerInfo(id=4, name="w", pool="p", labels={"gpu": "a100"}, slots=8, busy=3,
-                                            connected_unix_ns=2 * S + 250_000_000))  # fmt: skip
+    w = c.WorkerInfo.from_pb(
+        pb.WorkerInfo(
+            id=4, name="w", pool="p", labels={"gpu": "a100"}, slots=8, busy=3, connected_unix_ns=2 * S + 250_000_000
+        )
+    )
     assert w == c.WorkerInfo(4, "w", "p", {"gpu": "a100"}, 8, 3, 2.25)
 
 
@@ -157,28 +174,56 @@ def test_recurring_info_overlap(overlap: int, text: str) -> None:
 
 
 def test_recurring_info_presence() -> None:
-    r = c.RecurringInfo.from_pb(pb.RecurringInfo(name="n", cron="* * * * *", tz="", pool="p", kind="k",
-                                                  next_unix_ns=3 * S, last_task_id=0))  # fmt: skip
+    r = c.RecurringInfo.from_pb(
+        pb.RecurringInfo(name="n", cron="* * * * *", tz="", pool="p", kind="k", next_unix_ns=3 * S, last_task_id=0)
+    )
     assert r == c.RecurringInfo("n", "* * * * *", "", "p", "k", "skip", 3.0, 0)
     bare = c.RecurringInfo.from_pb(pb.RecurringInfo(name="n"))
     assert bare.next_at is None and bare.last_task_id is None
 
 
 def test_event_from_pb() -> None:
-    e = c.Event.from_pb(pb.StatusEvent(id=1, pool="p", key="k", status=pb.TASK_STATUS_FAILED, attempt=2,
-                                        at_unix_ns=S // 2, message="x"))  # fmt: skip
+    e = c.Event.from_pb(
+        pb.StatusEvent(id=1, pool="p", key="k", status=pb.TASK_STATUS_FAILED, attempt=2, at_unix_ns=S // 2, message="x")
+    )
     assert e == c.Event(1, "p", "k", "failed", 2, 0.5, "x")
 
 
 def test_snapshot_from_pb() -> None:
-    pool = pb.PoolSnapshot(name="p", capacity=4, busy=1, held=1, desired=5, pending_by_class=[1, 2, 3, 4],
-                           reservations=1, dispatched=10, succeeded=8, failed=1, priority_adherence=0.9,
-                           fixed_start_hit_rate=1.0, utilization=0.5, schedule_efficiency=0.7, wait_p50_s=0.1,
-                           wait_p90_s=0.2, wait_p99_s=0.3, cost=1.25, workers_connected=2,
-                           groups=[pb.WorkerGroup(labels={"a": "b"}, capacity=4, busy=1)])  # fmt: skip
+    pool = pb.PoolSnapshot(
+        name="p",
+        capacity=4,
+        busy=1,
+        held=1,
+        desired=5,
+        pending_by_class=[1, 2, 3, 4],
+        reservations=1,
+        dispatched=10,
+        succeeded=8,
+        failed=1,
+        priority_adherence=0.9,
+        fixed_start_hit_rate=1.0,
+        utilization=0.5,
+        schedule_efficiency=0.7,
+        wait_p50_s=0.1,
+        wait_p90_s=0.2,
+        wait_p99_s=0.3,
+        cost=1.25,
+        workers_connected=2,
+        groups=[pb.WorkerGroup(labels={"a": "b"}, capacity=4, busy=1)],
+    )
     totals = pb.Totals(**{name: i + 1 for i, name in enumerate(FIELD_ORDER[c.Totals].split())})
-    snap = c.Snapshot.from_pb(pb.SnapshotResponse(pools=[pool], live_tasks=5, running=1, pending=10, totals=totals,
-                                                   workers_connected=2, unavailable_shards=["x"]))  # fmt: skip
+    snap = c.Snapshot.from_pb(
+        pb.SnapshotResponse(
+            pools=[pool],
+            live_tasks=5,
+            running=1,
+            pending=10,
+            totals=totals,
+            workers_connected=2,
+            unavailable_shards=["x"],
+        )
+    )
     p = snap.pool("p")
     assert p is not None and snap.pool("nope") is None
     assert p.pending_by_class == (1, 2, 3, 4) and p.pending == 10
@@ -190,9 +235,21 @@ def test_snapshot_from_pb() -> None:
 
 
 def test_lease_from_pb_presence_and_defaults() -> None:
-    m = pb.Lease(lease=11, task_id=5, attempt=2, payload=b'{"q": 1}', content_type="application/json", kind="k",
-                 key="key", tags={"traceparent": "00-x"}, timeout_s=3.0, deadline_unix_ns=4 * S, pool="",
-                 priority=pb.PRIORITY_HIGH, lease_ttl_s=1.5)  # fmt: skip
+    m = pb.Lease(
+        lease=11,
+        task_id=5,
+        attempt=2,
+        payload=b'{"q": 1}',
+        content_type="application/json",
+        kind="k",
+        key="key",
+        tags={"traceparent": "00-x"},
+        timeout_s=3.0,
+        deadline_unix_ns=4 * S,
+        pool="",
+        priority=pb.PRIORITY_HIGH,
+        lease_ttl_s=1.5,
+    )
     lease = c.Lease.from_pb(m, "default-pool")
     assert (lease.id, lease.task_id, lease.attempt) == (11, 5, 2)
     assert lease.pool == "default-pool" and lease.priority == "high"

@@ -55,6 +55,21 @@ def test_auth_metadata() -> None:
     assert Client("x:1", token="")._metadata is None
 
 
+async def _no_handler(lease: Any) -> None:
+    return None
+
+
+def test_keepalive_defaults_yield_to_the_callers_options() -> None:
+    chosen = [("grpc.keepalive_time_ms", 60_000), ("grpc.max_receive_message_length", 1 << 20)]
+    merged = channel.with_keepalive(chosen)
+    assert merged[: len(chosen)] == chosen
+    assert [key for key, _ in merged].count("grpc.keepalive_time_ms") == 1
+    assert dict(merged)["grpc.http2.ping_timeout_ms"] == dict(channel.KEEPALIVE)["grpc.http2.ping_timeout_ms"]
+    assert Client("x:1", options=chosen)._options == merged
+    assert Worker("x:1", "default", _no_handler, options=chosen)._options == merged
+    assert Client("x:1")._options == list(channel.KEEPALIVE)
+
+
 def _redirect(endpoint: str, **kw: Any) -> bool:
     args: dict[str, Any] = {
         "current_target": "localhost:7070",

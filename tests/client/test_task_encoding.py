@@ -47,8 +47,16 @@ def test_defaults_leave_everything_unset() -> None:
     spec = task()
     assert spec.priority == pb.PRIORITY_NORMAL
     assert spec.pool == spec.kind == spec.key == spec.tenant == ""
-    for name in ("deadline_in_s", "deadline_unix_ns", "start_in_s", "start_unix_ns", "tolerance_s",
-                 "duration_hint_s", "timeout_s", "retry"):  # fmt: skip
+    for name in (
+        "deadline_in_s",
+        "deadline_unix_ns",
+        "start_in_s",
+        "start_unix_ns",
+        "tolerance_s",
+        "duration_hint_s",
+        "timeout_s",
+        "retry",
+    ):
         assert not spec.HasField(name), name
     assert spec.on_miss == pb.MISS_POLICY_UNSPECIFIED
     assert list(spec.deps) == []
@@ -74,8 +82,9 @@ def test_priority(value: Any, wire: int) -> None:
 
 
 def test_priority_native_enum() -> None:
-    for index, member in enumerate([cronoq.Priority.CRITICAL, cronoq.Priority.HIGH, cronoq.Priority.NORMAL,
-                                    cronoq.Priority.LOW]):  # fmt: skip
+    for index, member in enumerate(
+        [cronoq.Priority.CRITICAL, cronoq.Priority.HIGH, cronoq.Priority.NORMAL, cronoq.Priority.LOW]
+    ):
         assert task(priority=member).priority == index + 1
 
 
@@ -157,8 +166,9 @@ def test_on_miss_unknown() -> None:
 
 
 def test_retry_from_native_policy() -> None:
-    spec = task(retry=cronoq.RetryPolicy(max_attempts=5, initial_backoff=0.5, multiplier=3.0, max_backoff=9.0,
-                                         jitter=False))  # fmt: skip
+    spec = task(
+        retry=cronoq.RetryPolicy(max_attempts=5, initial_backoff=0.5, multiplier=3.0, max_backoff=9.0, jitter=False)
+    )
     assert spec.HasField("retry")
     r = spec.retry
     assert (r.max_attempts, r.initial_backoff_s, r.multiplier, r.max_backoff_s, r.jitter) == (5, 0.5, 3.0, 9.0, False)
@@ -246,6 +256,17 @@ def test_maps_are_coerced() -> None:
 
 
 def test_spec_serialises() -> None:
-    spec = task({"k": "v"}, pool="p", priority="high", key="a", deadline_in=5, after=[1], resources={"r": 1},
-                tags={"t": "1"}, labels={"l": "x"}, tenant="t", retry={"max_attempts": 2})  # fmt: skip
+    spec = task(
+        {"k": "v"},
+        pool="p",
+        priority="high",
+        key="a",
+        deadline_in=5,
+        after=[1],
+        resources={"r": 1},
+        tags={"t": "1"},
+        labels={"l": "x"},
+        tenant="t",
+        retry={"max_attempts": 2},
+    )
     assert pb.TaskSpec.FromString(spec.SerializeToString()) == spec

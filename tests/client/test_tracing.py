@@ -70,8 +70,12 @@ def _attempt_spans(exporter: InMemorySpanExporter, trace_id: int) -> list[Readab
 
 async def test_calls_made_inside_a_span_send_its_traceparent(fake: FakeCronoq) -> None:
     # A span from another process's context (no SDK needed): its context is what must travel.
-    remote = SpanContext(trace_id=0x1234_5678_9ABC_DEF0_1234_5678_9ABC_DEF0, span_id=0x0BAD_CAFE_0BAD_CAFE,
-                         is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED))  # fmt: skip
+    remote = SpanContext(
+        trace_id=0x1234_5678_9ABC_DEF0_1234_5678_9ABC_DEF0,
+        span_id=0x0BAD_CAFE_0BAD_CAFE,
+        is_remote=False,
+        trace_flags=TraceFlags(TraceFlags.SAMPLED),
+    )
     async with Client(fake.address, token=CLIENT_TOKEN) as client:
         await client.submit("untraced", pool="nobody")
         method, metadata, _ = fake.calls[-1]
@@ -90,8 +94,7 @@ async def test_calls_made_inside_a_span_send_its_traceparent(fake: FakeCronoq) -
 # ---------------------------------------------------------------------- end to end, real server
 
 
-async def test_worker_attempts_continue_the_submitters_trace(tmp_path: Path,
-                                                             spans: InMemorySpanExporter) -> None:  # fmt: skip
+async def test_worker_attempts_continue_the_submitters_trace(tmp_path: Path, spans: InMemorySpanExporter) -> None:
     tracer = trace.get_tracer("tests.client")
     inside: list[tuple[Lease, SpanContext]] = []
 
@@ -102,8 +105,10 @@ async def test_worker_attempts_continue_the_submitters_trace(tmp_path: Path,
         return "done"
 
     async with otlp_receiver() as receiver, server_process(tmp_path, otel_env(receiver)) as server:
-        workers = [Worker(server.address, pool, handle, token=WORKER_TOKEN, slots=2, backoff=(0.05, 0.2))
-                   for pool in ("default", "flaky")]  # fmt: skip
+        workers = [
+            Worker(server.address, pool, handle, token=WORKER_TOKEN, slots=2, backoff=(0.05, 0.2))
+            for pool in ("default", "flaky")
+        ]
         runs = [asyncio.ensure_future(w.run()) for w in workers]
         try:
             for w in workers:
@@ -133,8 +138,12 @@ async def test_worker_attempts_continue_the_submitters_trace(tmp_path: Path,
         # The plain task: one attempt, a child of the server's Submit span, itself the caller's child.
         (attempt,) = by_task[plain.id]
         assert attempt.attributes is not None and attempt.parent is not None
-        assert dict(attempt.attributes) == {"task.id": plain.id, "task.pool": "default", "task.kind": "summarize",
-                                            "task.attempt": 1}  # fmt: skip
+        assert dict(attempt.attributes) == {
+            "task.id": plain.id,
+            "task.pool": "default",
+            "task.kind": "summarize",
+            "task.attempt": 1,
+        }
         assert attempt.status.status_code is StatusCode.OK
         lease, current = next((lease, ctx) for lease, ctx in inside if lease.task_id == plain.id)
         tag = parse_traceparent(lease.tags["traceparent"])
@@ -144,8 +153,10 @@ async def test_worker_attempts_continue_the_submitters_trace(tmp_path: Path,
         assert attempt.context is not None and current.span_id == attempt.context.span_id
 
         def submit_span() -> Any:
-            return next((span for _, span in receiver.spans
-                         if span.span_id == tag.span_id and span.trace_id == tag.trace_id), None)  # fmt: skip
+            return next(
+                (span for _, span in receiver.spans if span.span_id == tag.span_id and span.trace_id == tag.trace_id),
+                None,
+            )
 
         server_span = await receiver.until(submit_span, "the server's Submit span")
         assert server_span.name == "cronoq.v1.Tasks/Submit"
@@ -160,8 +171,11 @@ async def test_worker_attempts_continue_the_submitters_trace(tmp_path: Path,
         assert first.parent.span_id == second.parent.span_id  # both under the same submission
 
         # The untraced task's attempt is in the server's trace, not in ours.
-        loose_spans = [s for s in spans.get_finished_spans() if s.name == "cronoq.task" and s.attributes
-                       and s.attributes["task.id"] == loose.id]  # fmt: skip
+        loose_spans = [
+            s
+            for s in spans.get_finished_spans()
+            if s.name == "cronoq.task" and s.attributes and s.attributes["task.id"] == loose.id
+        ]
         assert len(loose_spans) == 1 and loose_spans[0].context is not None
         assert loose_spans[0].context.trace_id != caller.trace_id
 
@@ -234,18 +248,20 @@ def test_without_a_tracer_provider_nothing_is_traced_and_the_sdk_is_not_loaded()
 def test_without_opentelemetry_the_client_works_and_imports_nothing_of_it() -> None:
     # ``None`` in sys.modules makes every ``import opentelemetry...`` fail as if not installed.
     block = "sys.modules['opentelemetry'] = None"
-    seen = _run_quietly(block, """
+    seen = _run_quietly(
+        block,
+        """
         done = await client.submit("x", wait=True, wait_timeout=10)
         assert done.result.ok
-    """)  # fmt: skip
+    """,
+    )
     assert seen["tracer"] is False
     assert "traceparent" not in seen["metadata"]
     assert seen["tags"] == [None]
     assert seen["otel_imported"] is False
 
 
-async def test_an_attempt_without_a_traceparent_is_a_root_span(fake: FakeCronoq,
-                                                               spans: InMemorySpanExporter) -> None:  # fmt: skip
+async def test_an_attempt_without_a_traceparent_is_a_root_span(fake: FakeCronoq, spans: InMemorySpanExporter) -> None:
     # Not a child of whatever span was current where the worker started: a trace of its own.
     async def handle(lease: Lease) -> None:
         return None
@@ -257,8 +273,9 @@ async def test_an_attempt_without_a_traceparent_is_a_root_span(fake: FakeCronoq,
         async with Client(fake.address) as client:
             done = await client.submit(None, wait=True, wait_timeout=10)
         assert done.result is not None and done.result.ok
-        await eventually(lambda: any(s.name == "cronoq.task" for s in spans.get_finished_spans()), 10,
-                         "the attempt span")  # fmt: skip
+        await eventually(
+            lambda: any(s.name == "cronoq.task" for s in spans.get_finished_spans()), 10, "the attempt span"
+        )
         (span,) = [s for s in spans.get_finished_spans() if s.name == "cronoq.task"]
         assert span.parent is None and span.attributes is not None and span.attributes["task.id"] == done.id
     finally:

@@ -23,8 +23,9 @@ KNOWN = (1, 60) <= tuple(int(p) for p in grpc.__version__.split(".")[:2]) < (1, 
 def _experiments_after(script: str, **env: str) -> str:
     clean = {k: v for k, v in os.environ.items() if k != "GRPC_EXPERIMENTS"}
     code = f"import os\n{script}\nprint(repr(os.environ.get('GRPC_EXPERIMENTS')))"
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**clean, **env}, capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env={**clean, **env}, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout.strip().splitlines()[-1]
 

@@ -49,8 +49,9 @@ async def test_outcomes_ready_at_once_leave_in_one_message(fake: FakeCronoq, sta
     reported += [done.lease for done in stream.of_kind("complete")]
     assert sorted(reported) == sorted(started)  # each outcome exactly once
     assert max(len(batch.completes) for batch in stream.batches) > 1
-    assert all(rec.output == f"done {lease}".encode() for lease, rec in zip(sorted(started), fake.tasks.values(),
-                                                                             strict=True))  # fmt: skip
+    assert all(
+        rec.output == f"done {lease}".encode() for lease, rec in zip(sorted(started), fake.tasks.values(), strict=True)
+    )
 
 
 async def test_batches_stay_within_the_servers_message_limit(fake: FakeCronoq, start_worker: Any) -> None:

@@ -145,8 +145,9 @@ async def test_stop_interrupts_backoff(start_worker: Any) -> None:
 
 
 async def test_redirect_is_followed(fake: FakeCronoq, other: FakeCronoq, start_worker: Any) -> None:
-    fake.on_register = refuse((grpc.StatusCode.FAILED_PRECONDITION, "pool lives elsewhere"),
-                              endpoint=f"http://{other.address}")  # fmt: skip
+    fake.on_register = refuse(
+        (grpc.StatusCode.FAILED_PRECONDITION, "pool lives elsewhere"), endpoint=f"http://{other.address}"
+    )
     running = start_worker(fake.address, ok, pool="gpu", options=[("grpc.default_authority", "cronoq.internal")])
     loop = asyncio.get_running_loop()
     t0 = loop.time()
@@ -163,8 +164,7 @@ async def test_redirect_is_followed(fake: FakeCronoq, other: FakeCronoq, start_w
 async def test_redirect_with_token_to_loopback_http_is_allowed(
     fake: FakeCronoq, other: FakeCronoq, start_worker: Any
 ) -> None:
-    fake.on_register = refuse((grpc.StatusCode.FAILED_PRECONDITION, "elsewhere"),
-                              endpoint=f"http://{other.address}/")  # fmt: skip
+    fake.on_register = refuse((grpc.StatusCode.FAILED_PRECONDITION, "elsewhere"), endpoint=f"http://{other.address}/")
     running = start_worker(fake.address, ok, token=TOKEN)
     await running.worker.wait_registered(timeout=5)
     assert other.streams[0].metadata["authorization"] == f"Bearer {TOKEN}"
@@ -172,8 +172,9 @@ async def test_redirect_with_token_to_loopback_http_is_allowed(
 
 
 async def test_redirect_with_token_to_remote_http_is_refused(fake: FakeCronoq, start_worker: Any) -> None:
-    fake.on_register = refuse((grpc.StatusCode.FAILED_PRECONDITION, "elsewhere"),
-                              endpoint="http://shard-2.example.invalid:7070")  # fmt: skip
+    fake.on_register = refuse(
+        (grpc.StatusCode.FAILED_PRECONDITION, "elsewhere"), endpoint="http://shard-2.example.invalid:7070"
+    )
     running = start_worker(fake.address, ok, token=TOKEN)
     with pytest.raises(ClientError) as err:
         await asyncio.wait_for(running.task, 5)
@@ -199,8 +200,9 @@ async def test_redirect_loop_stops_after_max(fake: FakeCronoq, start_worker: Any
     assert len(fake.streams) == 4  # the first attempt and three followed redirects
 
 
-async def test_redirect_counter_resets_after_a_clean_session(fake: FakeCronoq, other: FakeCronoq,
-                                                             start_worker: Any) -> None:  # fmt: skip
+async def test_redirect_counter_resets_after_a_clean_session(
+    fake: FakeCronoq, other: FakeCronoq, start_worker: Any
+) -> None:
     # Three redirects, a session that ends normally, then three more: never four in a row.
     hops = [(grpc.StatusCode.FAILED_PRECONDITION, "elsewhere")] * 3
     fake.on_register = refuse(*hops, endpoint=lambda _s: f"http://{fake.address}")
@@ -215,8 +217,9 @@ async def test_redirect_counter_resets_after_a_clean_session(fake: FakeCronoq, o
 
 
 async def test_unavailable_redirect_target_falls_back_to_original(fake: FakeCronoq, start_worker: Any) -> None:
-    fake.on_register = refuse((grpc.StatusCode.FAILED_PRECONDITION, "elsewhere"),
-                              endpoint=f"http://127.0.0.1:{dead_port()}")  # fmt: skip
+    fake.on_register = refuse(
+        (grpc.StatusCode.FAILED_PRECONDITION, "elsewhere"), endpoint=f"http://127.0.0.1:{dead_port()}"
+    )
     running = start_worker(fake.address, ok, backoff=(0.01, 0.02))
     await running.worker.wait_registered(timeout=10)
     # original (redirected away) → dead shard (UNAVAILABLE) → original again

@@ -72,8 +72,21 @@ async def run_outcomes(fake: FakeCronoq, start_worker: Any, payloads: list[str])
 
 async def test_handler_outcomes_protocol_3(fake: FakeCronoq, start_worker: Any) -> None:
     fake.max_message_bytes = 2500
-    payloads = ["bytes", "str", "none", "json", "retry", "retry-now", "perm", "reject", "cancel", "boom",
-                "own-cancel", "unencodable", "big"]  # fmt: skip
+    payloads = [
+        "bytes",
+        "str",
+        "none",
+        "json",
+        "retry",
+        "retry-now",
+        "perm",
+        "reject",
+        "cancel",
+        "boom",
+        "own-cancel",
+        "unencodable",
+        "big",
+    ]
     _, got = await run_outcomes(fake, start_worker, payloads)
 
     def complete(what: str) -> tuple[bytes, str]:
@@ -361,9 +374,18 @@ async def test_lease_fields_reach_the_handler(fake: FakeCronoq, start_worker: An
 
     running = start_worker(fake.address, record, pool="gpu", slots=slots)
     await running.worker.wait_registered(timeout=5)
-    fake._admit(pb.TaskSpec(payload=b'{"n": 1}', content_type="application/json", pool="gpu", kind="k",
-                            key="key-1", tags={"traceparent": "00-abc"}, priority=pb.PRIORITY_CRITICAL,
-                            timeout_s=9.5))  # fmt: skip
+    fake._admit(
+        pb.TaskSpec(
+            payload=b'{"n": 1}',
+            content_type="application/json",
+            pool="gpu",
+            kind="k",
+            key="key-1",
+            tags={"traceparent": "00-abc"},
+            priority=pb.PRIORITY_CRITICAL,
+            timeout_s=9.5,
+        )
+    )
     await eventually(lambda: bool(seen), what="the handler to run")
     lease = seen[0]
     assert (lease.id, lease.task_id, lease.attempt, lease.kind, lease.key) == (1000, 1, 1, "k", "key-1")

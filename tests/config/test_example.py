@@ -68,13 +68,39 @@ def mentioned_keys(text: str) -> set[str]:
 
 
 def test_example_mentions_every_key() -> None:
-    classes: list[type] = [ServerConfig, TlsConfig, PeerTlsConfig, GrpcWebConfig, ConsoleConfig, LimitsConfig,
-                           PoolSection, RetrySection, WebhookScaler, SemaphoreResource, TokenBucketResource,
-                           ShardSection,
-                           OutputsConfig, SqliteStoreConfig, PostgresStoreConfig, CertSpec]  # fmt: skip
+    classes: list[type] = [
+        ServerConfig,
+        TlsConfig,
+        PeerTlsConfig,
+        GrpcWebConfig,
+        ConsoleConfig,
+        LimitsConfig,
+        PoolSection,
+        RetrySection,
+        WebhookScaler,
+        SemaphoreResource,
+        TokenBucketResource,
+        ShardSection,
+        OutputsConfig,
+        SqliteStoreConfig,
+        PostgresStoreConfig,
+        CertSpec,
+    ]
     expected = {spec.name for cls in classes for spec in fields(cls)}
-    expected |= {"server", "auth", "tokens", "certs", "token_env", "store", "limits", "pools", "resources", "outputs",
-                 "shards", "kind"}  # fmt: skip
+    expected |= {
+        "server",
+        "auth",
+        "tokens",
+        "certs",
+        "token_env",
+        "store",
+        "limits",
+        "pools",
+        "resources",
+        "outputs",
+        "shards",
+        "kind",
+    }
     # A literal `token` is described in prose only (tokens belong in the environment); a webhook's
     # `token` field holds the value read from its token_env and is not a key.
     expected.discard("token")

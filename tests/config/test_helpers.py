@@ -135,8 +135,9 @@ def test_pool_bounds_fall_back_to_limits() -> None:
 def test_labels_and_names_with_nul_are_refused() -> None:
     with pytest.raises(ValueError):
         parse_label("a=\0")
-    config = Config(auth=AuthConfig(tokens=(TokenSpec.from_token("t" * 40, Role.WORKER, labels=[("", "x")],
-                                                                 tenant="a\0b"),)))  # fmt: skip
+    config = Config(
+        auth=AuthConfig(tokens=(TokenSpec.from_token("t" * 40, Role.WORKER, labels=[("", "x")], tenant="a\0b"),))
+    )
     errors = config.validate()
     assert any(e.startswith("auth.tokens[0].labels[0]: ") for e in errors)
     assert any(e.startswith("auth.tokens[0].tenant: ") and "NUL" in e for e in errors)

@@ -198,8 +198,9 @@ def test_full_config_reads_every_key() -> None:
     assert config.store == PostgresStoreConfig(
         url=PG_URL, url_env="PG_URL", keep_finished_s=86400.0, schema="jobs_{shard}"
     )
-    assert config.limits == LimitsConfig(11, 12, 13, 2048, 4096, 14, 15, 16, 17, 18, 19, 20.5, 21.5, 22, 23, 24,
-                                         25.5, 26.5, 27.5, 28, 29)  # fmt: skip
+    assert config.limits == LimitsConfig(
+        11, 12, 13, 2048, 4096, 14, 15, 16, 17, 18, 19, 20.5, 21.5, 22, 23, 24, 25.5, 26.5, 27.5, 28, 29
+    )
     default, llm = config.pools
     assert default.name == "default"
     assert (llm.name, llm.min, llm.max, llm.autoscale) == ("llm", 2, 200, False)
@@ -250,8 +251,7 @@ def test_literal_postgres_url_and_sqlite_round_trip() -> None:
 
 
 def test_grpc_web_and_console_tables_are_read() -> None:
-    text = ('[server.grpc_web]\nallowed_origins = ["https://dash.example.com"]\n'
-            '[server.console]\nenabled = true\n')  # fmt: skip
+    text = '[server.grpc_web]\nallowed_origins = ["https://dash.example.com"]\n[server.console]\nenabled = true\n'
     config = Config.read(text, env={})
     assert config.server.grpc_web == GrpcWebConfig(("https://dash.example.com",))
     assert config.server.console == ConsoleConfig(enabled=True)
@@ -259,8 +259,9 @@ def test_grpc_web_and_console_tables_are_read() -> None:
     assert Config.parse(config.to_toml(), env={}) == config
     assert Config.read("", env={}).server.console == ConsoleConfig(enabled=False)
     # The console needs no gRPC-Web: its pages call the HTTP API of their own origin.
-    assert_problem('[server.console]\ngrpc_web_url = "https://x.example.com"\n', "server.console.grpc_web_url",
-                   "unknown key")  # fmt: skip
+    assert_problem(
+        '[server.console]\ngrpc_web_url = "https://x.example.com"\n', "server.console.grpc_web_url", "unknown key"
+    )
 
 
 UNKNOWN_KEYS = [
@@ -301,8 +302,9 @@ def test_unknown_keys_are_rejected_with_their_path(text: str, path: str) -> None
 
 
 def test_unknown_key_suggests_the_nearest_known_key() -> None:
-    error = assert_problem('[[pools]]\nname = "a"\n[[pools]]\nname = "b"\nlease_tll_s = 3\n', "pools[1].lease_tll_s",
-                           "unknown key")  # fmt: skip
+    error = assert_problem(
+        '[[pools]]\nname = "a"\n[[pools]]\nname = "b"\nlease_tll_s = 3\n', "pools[1].lease_tll_s", "unknown key"
+    )
     assert "did you mean 'lease_ttl_s'" in error
 
 
@@ -386,16 +388,25 @@ lease_ttl_s = "long"
 """
     found = problems(text)
     paths = sorted(error.split(": ", 1)[0] for error in found)
-    assert paths == sorted([
-        "server.grpc_addr", "server.shutdown_grace_s", "server.colour", "limits.max_list", "pools[0].min",
-        "pools[1].name", "pools[1].lease_ttl_s",
-    ])  # fmt: skip
+    assert paths == sorted(
+        [
+            "server.grpc_addr",
+            "server.shutdown_grace_s",
+            "server.colour",
+            "limits.max_list",
+            "pools[0].min",
+            "pools[1].name",
+            "pools[1].lease_ttl_s",
+        ]
+    )
 
 
 def test_a_type_error_is_reported_once() -> None:
     found = problems('[[pools]]\nname = 5\n[[pools]]\nname = "x"\nlease_ttl_s = "soon"\n')
-    assert found == ["pools[0].name: expected a string, got an integer",
-                     "pools[1].lease_ttl_s: expected a number, got a string"]  # fmt: skip
+    assert found == [
+        "pools[0].name: expected a string, got an integer",
+        "pools[1].lease_ttl_s: expected a number, got a string",
+    ]
 
 
 def test_toml_syntax_error() -> None:

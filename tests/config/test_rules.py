@@ -246,8 +246,15 @@ def test_origin_rules_of_grpc_web() -> None:
     assert origin_errors(("https://dash.example.com", "http://localhost:3000")) == []
     assert "at least one origin" in origin_errors(())[0]
     assert "at most 64" in origin_errors(tuple(f"https://h{i}.example" for i in range(65)))[0]
-    bad_origins = ("https://*.example.com", "https://dash.example.com/", "https://dash.example.com/app",
-                   "dash.example.com", "ftp://dash.example.com", "https://u:p@dash.example.com", "null")  # fmt: skip
+    bad_origins = (
+        "https://*.example.com",
+        "https://dash.example.com/",
+        "https://dash.example.com/app",
+        "dash.example.com",
+        "ftp://dash.example.com",
+        "https://u:p@dash.example.com",
+        "null",
+    )
     for bad in bad_origins:
         found = origin_errors((bad,))
         assert found and found[0].startswith("server.grpc_web.allowed_origins[0]: "), bad

@@ -95,11 +95,18 @@ def test_token_needs_exactly_one_source() -> None:
 
 
 def test_short_tokens_are_refused_without_echoing_them() -> None:
-    error = assert_problem('[[auth.tokens]]\ntoken = "fifteen-chars-x"\nrole = "client"\n', "auth.tokens[0].token",
-                           "shorter than 16 characters")  # fmt: skip
+    error = assert_problem(
+        '[[auth.tokens]]\ntoken = "fifteen-chars-x"\nrole = "client"\n',
+        "auth.tokens[0].token",
+        "shorter than 16 characters",
+    )
     assert "fifteen-chars-x" not in error
-    assert_problem(TOKENS, "auth.tokens[0].token_env", "the token in CLIENT_TOKEN is shorter than 16",
-                   env={**ENV, "CLIENT_TOKEN": "tiny"})  # fmt: skip
+    assert_problem(
+        TOKENS,
+        "auth.tokens[0].token_env",
+        "the token in CLIENT_TOKEN is shorter than 16",
+        env={**ENV, "CLIENT_TOKEN": "tiny"},
+    )
 
 
 def test_tokens_of_16_to_31_characters_load_with_a_warning() -> None:
@@ -118,8 +125,12 @@ def test_duplicate_tokens_are_refused_including_env_tokens() -> None:
 
 
 def test_tokens_with_whitespace_are_refused() -> None:
-    error = assert_problem(TOKENS, "auth.tokens[0].token_env", "spaces, control or non-ASCII",
-                           env={**ENV, "CLIENT_TOKEN": CLIENT_TOKEN + "\n"})  # fmt: skip
+    error = assert_problem(
+        TOKENS,
+        "auth.tokens[0].token_env",
+        "spaces, control or non-ASCII",
+        env={**ENV, "CLIENT_TOKEN": CLIENT_TOKEN + "\n"},
+    )
     assert CLIENT_TOKEN not in error
 
 

@@ -103,8 +103,9 @@ def test_shard_override_replaces_server_shard() -> None:
 
 
 def test_explicit_schema_and_sqlite_path_get_the_shard_name() -> None:
-    schema = assert_loads(SHARDED.replace('kind = "postgres"', 'kind = "postgres"\nschema = "jobs_{shard}_v1"'),
-                          env=PG_ENV)  # fmt: skip
+    schema = assert_loads(
+        SHARDED.replace('kind = "postgres"', 'kind = "postgres"\nschema = "jobs_{shard}_v1"'), env=PG_ENV
+    )
     assert schema.store_namespace() == "jobs_cpu_v1"
     sqlite = assert_loads(SHARDED.replace('kind = "postgres"', 'kind = "sqlite"\npath = "/data/{shard}/state.db"'))
     assert sqlite.store_namespace() == "/data/cpu/state.db"
@@ -126,13 +127,26 @@ def shard(name: str = "a", number: int = 1, pools: str = '["default"]', endpoint
 TWO_POOLS = ("default", "llm")
 
 INVALID: list[tuple[str, str, str, str]] = [
-    ("duplicate-name", _shards_only(shard("a", 1, '["default"]'), shard("a", 2, '["llm"]', "https://b:1"),
-                                    pools=TWO_POOLS), "shards[1].name", "duplicate shard name 'a'"),
-    ("duplicate-number", _shards_only(shard("a", 3, '["default"]'), shard("b", 3, '["llm"]'), pools=TWO_POOLS),
-     "shards[1].number", "duplicate shard number '3'"),
-    ("duplicate-endpoint", _shards_only(shard("a", 1, '["default"]', "https://x:1"),
-                                        shard("b", 2, '["llm"]', "HTTPS://X:1/"), pools=TWO_POOLS),
-     "shards[1].endpoint", "duplicate shard endpoint"),
+    (
+        "duplicate-name",
+        _shards_only(shard("a", 1, '["default"]'), shard("a", 2, '["llm"]', "https://b:1"), pools=TWO_POOLS),
+        "shards[1].name",
+        "duplicate shard name 'a'",
+    ),
+    (
+        "duplicate-number",
+        _shards_only(shard("a", 3, '["default"]'), shard("b", 3, '["llm"]'), pools=TWO_POOLS),
+        "shards[1].number",
+        "duplicate shard number '3'",
+    ),
+    (
+        "duplicate-endpoint",
+        _shards_only(
+            shard("a", 1, '["default"]', "https://x:1"), shard("b", 2, '["llm"]', "HTTPS://X:1/"), pools=TWO_POOLS
+        ),
+        "shards[1].endpoint",
+        "duplicate shard endpoint",
+    ),
     ("number-zero", _shards_only(shard(number=0)), "shards[0].number", "between 1 and 255"),
     ("number-256", _shards_only(shard(number=256)), "shards[0].number", "between 1 and 255"),
     ("endpoint-scheme", _shards_only(shard(endpoint="grpc://a:1")), "shards[0].endpoint", "http:// or https://"),
@@ -140,29 +154,61 @@ INVALID: list[tuple[str, str, str, str]] = [
     ("endpoint-path", _shards_only(shard(endpoint="https://a:1/api")), "shards[0].endpoint", "no path"),
     ("endpoint-user", _shards_only(shard(endpoint="https://u:p@a:1")), "shards[0].endpoint", "user information"),
     ("endpoint-port", _shards_only(shard(endpoint="https://a:99999")), "shards[0].endpoint", "not a valid URL"),
-    ("replica-path", _shards_only(shard() + 'replicas = ["https://a-0:1", "https://a-1:1/x"]\n'),
-     "shards[0].replicas[1]", "no path"),
+    (
+        "replica-path",
+        _shards_only(shard() + 'replicas = ["https://a-0:1", "https://a-1:1/x"]\n'),
+        "shards[0].replicas[1]",
+        "no path",
+    ),
     ("unknown-pool", _shards_only(shard(pools='["default", "gpu"]')), "shards[0].pools[1]", "unknown pool 'gpu'"),
-    ("pool-in-two", _shards_only(shard("a", 1, '["default"]'), shard("b", 2, '["default", "llm"]'), pools=TWO_POOLS),
-     "shards[1].pools[0]", "already served by shard 'a'"),
-    ("pool-twice-in-one", _shards_only(shard(pools='["default", "default"]')), "shards[0].pools[1]",
-     "already served by shard 'a'"),
+    (
+        "pool-in-two",
+        _shards_only(shard("a", 1, '["default"]'), shard("b", 2, '["default", "llm"]'), pools=TWO_POOLS),
+        "shards[1].pools[0]",
+        "already served by shard 'a'",
+    ),
+    (
+        "pool-twice-in-one",
+        _shards_only(shard(pools='["default", "default"]')),
+        "shards[0].pools[1]",
+        "already served by shard 'a'",
+    ),
     ("pool-in-none", _shards_only(shard(), pools=TWO_POOLS), "pools[1]", "'llm' is not served by any shard"),
     ("shard-without-pools", _shards_only(shard("a", 1), shard("b", 2, "[]")), "shards[1].pools", "at least one pool"),
     ("shard-name", _shards_only(shard("a b"), server_shard="a b"), "shards[0].name", "invalid shard name"),
     ("server-shard-missing", _shards_only(shard(), server_shard=""), "server.shard", "required with [[shards]]"),
     ("server-shard-unknown", _shards_only(shard(), server_shard="zz"), "server.shard", "unknown shard 'zz'"),
-    ("pg-schema-without-shard", _shards_only(shard()) + '[store]\nkind = "postgres"\nschema = "cronoq"\n',
-     "store.schema", "must contain {shard}"),
-    ("pg-schema-bad-shard-name", _shards_only(shard("a-1"), server_shard="a-1") + '[store]\nkind = "postgres"\n',
-     "store.schema", "'cronoq_a-1' for shard 'a-1' is not a valid schema name"),
-    ("sqlite-path-without-shard", _shards_only(shard()) + '[store]\nkind = "sqlite"\npath = "/d/state.db"\n',
-     "store.path", "must contain {shard}"),
-    ("resource-without-shard", _shards_only(shard()) + '[[resources]]\nkind = "semaphore"\nname = "r"\npermits = 1\n',
-     "resources[0].shard", "needs a shard"),
-    ("resource-unknown-shard", _shards_only(shard()) + '[[resources]]\nkind = "semaphore"\nname = "r"\npermits = 1\n'
-     'shard = "b"\n', "resources[0].shard", "unknown shard 'b'"),
-]  # fmt: skip
+    (
+        "pg-schema-without-shard",
+        _shards_only(shard()) + '[store]\nkind = "postgres"\nschema = "cronoq"\n',
+        "store.schema",
+        "must contain {shard}",
+    ),
+    (
+        "pg-schema-bad-shard-name",
+        _shards_only(shard("a-1"), server_shard="a-1") + '[store]\nkind = "postgres"\n',
+        "store.schema",
+        "'cronoq_a-1' for shard 'a-1' is not a valid schema name",
+    ),
+    (
+        "sqlite-path-without-shard",
+        _shards_only(shard()) + '[store]\nkind = "sqlite"\npath = "/d/state.db"\n',
+        "store.path",
+        "must contain {shard}",
+    ),
+    (
+        "resource-without-shard",
+        _shards_only(shard()) + '[[resources]]\nkind = "semaphore"\nname = "r"\npermits = 1\n',
+        "resources[0].shard",
+        "needs a shard",
+    ),
+    (
+        "resource-unknown-shard",
+        _shards_only(shard()) + '[[resources]]\nkind = "semaphore"\nname = "r"\npermits = 1\nshard = "b"\n',
+        "resources[0].shard",
+        "unknown shard 'b'",
+    ),
+]
 
 
 @pytest.mark.parametrize(("text", "path", "phrase"), [c[1:] for c in INVALID], ids=[c[0] for c in INVALID])
@@ -172,8 +218,10 @@ def test_invalid_sharded_config(text: str, path: str, phrase: str) -> None:
 
 def test_replicas_are_read_and_optional() -> None:
     text = _shards_only(shard() + 'replicas = ["https://a-0.internal:7070", "https://a-1.internal:7070"]\n')
-    assert assert_loads(text, env=PG_ENV).shards[0].replicas == ("https://a-0.internal:7070",
-                                                                 "https://a-1.internal:7070")  # fmt: skip
+    assert assert_loads(text, env=PG_ENV).shards[0].replicas == (
+        "https://a-0.internal:7070",
+        "https://a-1.internal:7070",
+    )
     assert assert_loads(_shards_only(shard()), env=PG_ENV).shards[0].replicas == ()
 
 
@@ -188,14 +236,18 @@ def test_minimal_valid_sharded_configs() -> None:
 
 
 def test_plain_http_peer_endpoints_warn_unless_trusted() -> None:
-    text = _shards_only(shard("a", 1, '["default"]', "http://a.internal:7070"),
-                        shard("b", 2, '["llm"]', "http://b.internal:7070"), pools=TWO_POOLS)  # fmt: skip
+    text = _shards_only(
+        shard("a", 1, '["default"]', "http://a.internal:7070"),
+        shard("b", 2, '["llm"]', "http://b.internal:7070"),
+        pools=TWO_POOLS,
+    )
     warnings = assert_loads(text).warnings
     assert len(warnings) == 1 and warnings[0].startswith("shards[1].endpoint: plain http://")
     trusted = text.replace('shard = "a"', 'shard = "a"\ninsecure_peer_http = true')
     assert assert_loads(trusted).warnings == []
-    loopback = _shards_only(shard("a", 1, '["default"]'), shard("b", 2, '["llm"]', "http://127.0.0.1:7170"),
-                            pools=TWO_POOLS)  # fmt: skip
+    loopback = _shards_only(
+        shard("a", 1, '["default"]'), shard("b", 2, '["llm"]', "http://127.0.0.1:7170"), pools=TWO_POOLS
+    )
     assert assert_loads(loopback).warnings == []
 
 

@@ -38,8 +38,10 @@ WRITTEN: list[Path] = []
 async def chromium() -> AsyncIterator[BrowserContext]:
     """A fresh browser profile of Debian's Chromium, closed (and deleted) afterwards."""
     if not os.access(CHROMIUM, os.X_OK):
-        pytest.fail(f"the console's browser tests need Chromium at {CHROMIUM}: run scripts/ensure_chromium.sh "
-                    "(as root it installs Debian's chromium package) or apt-get install chromium")  # fmt: skip
+        pytest.fail(
+            f"the console's browser tests need Chromium at {CHROMIUM}: run scripts/ensure_chromium.sh "
+            "(as root it installs Debian's chromium package) or apt-get install chromium"
+        )
     with tempfile.TemporaryDirectory(prefix="cronoq-chromium-") as profile:
         async with async_playwright() as playwright:
             context = await playwright.chromium.launch_persistent_context(

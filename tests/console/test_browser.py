@@ -47,13 +47,22 @@ async def work(lease: Lease) -> dict[str, Any]:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Cluster]:
-    options = ClusterOptions(shards=2, replicas=1, state=tmp_path_factory.mktemp("console-cluster"), base_port=0,
-                             console=True, grpc_web=True, restart=False,
-                             limits={"key_retention_s": 1, "max_wait_s": 30})  # fmt: skip
+    options = ClusterOptions(
+        shards=2,
+        replicas=1,
+        state=tmp_path_factory.mktemp("console-cluster"),
+        base_port=0,
+        console=True,
+        grpc_web=True,
+        restart=False,
+        limits={"key_retention_s": 1, "max_wait_s": 30},
+    )
     running = Cluster(options, say=lambda text: None)
     await running.start()
-    workers = [Worker(running.shard(shard).plan.endpoint, pool, work, token=running.token("worker"), grace=0.5)
-               for shard, pool in (("s1", "default"), ("s2", "pool2"))]  # fmt: skip
+    workers = [
+        Worker(running.shard(shard).plan.endpoint, pool, work, token=running.token("worker"), grace=0.5)
+        for shard, pool in (("s1", "default"), ("s2", "pool2"))
+    ]
     runs = [asyncio.ensure_future(worker.run()) for worker in workers]
     try:
         await asyncio.gather(*(worker.wait_registered(30) for worker in workers))
@@ -78,8 +87,9 @@ def client(cluster: Cluster, role: str = "client") -> Client:
     return Client(cluster.shard("s1").plan.grpc_target, token=cluster.token(role))
 
 
-async def test_the_overview_shows_both_shards_their_pools_and_live_charts(cluster: Cluster,
-                                                                         browser: BrowserContext) -> None:  # fmt: skip
+async def test_the_overview_shows_both_shards_their_pools_and_live_charts(
+    cluster: Cluster, browser: BrowserContext
+) -> None:
     async with client(cluster) as tasks:
         for pool in ("default", "pool2"):
             await tasks.submit({"n": 1}, pool=pool, wait=True, wait_timeout=20)
@@ -141,17 +151,18 @@ async def test_a_task_page_shows_its_attempts_after_a_retry(cluster: Cluster, br
     await page.close()
 
 
-async def test_a_history_search_finds_a_task_finished_past_retention(cluster: Cluster,
-                                                                    browser: BrowserContext) -> None:  # fmt: skip
+async def test_a_history_search_finds_a_task_finished_past_retention(cluster: Cluster, browser: BrowserContext) -> None:
     prefix = unique("past")
     async with client(cluster) as tasks:
-        old = await tasks.submit({"old": True}, pool="pool2", key=f"{prefix}-a", kind="nightly", wait=True,
-                                 wait_timeout=20)  # fmt: skip
+        old = await tasks.submit(
+            {"old": True}, pool="pool2", key=f"{prefix}-a", kind="nightly", wait=True, wait_timeout=20
+        )
         await until_forgotten(tasks, f"{prefix}-a")
         info = await tasks.get(old.id)  # by id it is still found, from the store's history
         assert info.status == "succeeded"
-    page = await sign_in(browser, base(cluster), cluster.token("client"),
-                         f"tasks?key_prefix={prefix}&status=succeeded&kind=nightly")  # fmt: skip
+    page = await sign_in(
+        browser, base(cluster), cluster.token("client"), f"tasks?key_prefix={prefix}&status=succeeded&kind=nightly"
+    )
     row = page.locator(f'#results tr[data-task="{old.id}"]')
     await expect(row).to_contain_text("succeeded")
     await expect(page.locator("#results tbody tr")).to_have_count(1)
@@ -242,8 +253,7 @@ async def test_grpc_web_from_the_browser_across_shards(cluster: Cluster, browser
     await page.close()
 
 
-async def test_a_killed_shard_shows_as_unavailable_and_comes_back(cluster: Cluster,
-                                                                 browser: BrowserContext) -> None:  # fmt: skip
+async def test_a_killed_shard_shows_as_unavailable_and_comes_back(cluster: Cluster, browser: BrowserContext) -> None:
     page = await sign_in(browser, base(cluster), cluster.token("admin"), "overview")
     s2 = page.locator('#shards article[data-shard="s2"]')
     await expect(s2).to_have_attribute("data-state", "serving")

@@ -26,8 +26,9 @@ PATIENCE_MS = 60_000
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Cluster]:
-    options = ClusterOptions(shards=2, replicas=2, state=tmp_path_factory.mktemp("replica-cluster"), base_port=0,
-                             console=True, restart=False)  # fmt: skip
+    options = ClusterOptions(
+        shards=2, replicas=2, state=tmp_path_factory.mktemp("replica-cluster"), base_port=0, console=True, restart=False
+    )
     running = Cluster(options, say=lambda text: None)
     await running.start()
     try:
@@ -50,8 +51,7 @@ def replica_row(card: Locator, endpoint: str) -> Locator:
     return card.locator(f'li.replica[data-replica="{endpoint}"]')
 
 
-async def test_the_overview_shows_leaders_standbys_and_what_is_gone(cluster: Cluster,
-                                                                   browser: BrowserContext) -> None:  # fmt: skip
+async def test_the_overview_shows_leaders_standbys_and_what_is_gone(cluster: Cluster, browser: BrowserContext) -> None:
     page = await sign_in(browser, cluster.shard("s1").plan.http_url, cluster.token("metrics"), "overview")
     for name in ("s1", "s2"):
         shard = cluster.shard(name)
@@ -73,8 +73,9 @@ async def test_the_overview_shows_leaders_standbys_and_what_is_gone(cluster: Clu
     standby_index = next(i for i, replica in enumerate(s2.replicas) if replica is not s2.leader)
     leader_index = 1 - standby_index
     s2.replicas[standby_index].kill()
-    await expect(replica_row(card, endpoint_of(s2, standby_index))).to_have_attribute("data-state", "unavailable",
-                                                                                     timeout=PATIENCE_MS)  # fmt: skip
+    await expect(replica_row(card, endpoint_of(s2, standby_index))).to_have_attribute(
+        "data-state", "unavailable", timeout=PATIENCE_MS
+    )
     await expect(card).to_have_attribute("data-state", "serving")
     await expect(replica_row(card, endpoint_of(s2, leader_index))).to_have_attribute("data-state", "leader")
     await screenshot(page, "replica-unavailable")
@@ -84,8 +85,9 @@ async def test_the_overview_shows_leaders_standbys_and_what_is_gone(cluster: Clu
     card = page.locator('#shards article[data-shard="s1"]')
     old = next(i for i, replica in enumerate(s1.replicas) if replica is s1.leader)
     s1.replicas[old].kill()
-    await expect(replica_row(card, endpoint_of(s1, 1 - old))).to_have_attribute("data-state", "leader",
-                                                                                timeout=PATIENCE_MS)  # fmt: skip
+    await expect(replica_row(card, endpoint_of(s1, 1 - old))).to_have_attribute(
+        "data-state", "leader", timeout=PATIENCE_MS
+    )
     await expect(replica_row(card, endpoint_of(s1, old))).to_have_attribute("data-state", "unavailable")
     await screenshot(page, "replica-took-over")
     assert page.errors == []  # type: ignore[attr-defined]

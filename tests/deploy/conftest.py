@@ -20,14 +20,30 @@ ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 
 
-def run(cmd: Sequence[str | Path], *, check: bool = True, timeout: float = 300.0, input: str | None = None,
-        env: dict[str, str] | None = None, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:  # fmt: skip
+def run(
+    cmd: Sequence[str | Path],
+    *,
+    check: bool = True,
+    timeout: float = 300.0,
+    input: str | None = None,
+    env: dict[str, str] | None = None,
+    cwd: Path = ROOT,
+) -> subprocess.CompletedProcess[str]:
     """Run a command; with ``check`` a failure raises with its output, so the test says why."""
-    done = subprocess.run([str(part) for part in cmd], capture_output=True, text=True, timeout=timeout, input=input,
-                          env={**os.environ, **(env or {})}, cwd=cwd)  # fmt: skip
+    done = subprocess.run(
+        [str(part) for part in cmd],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        input=input,
+        env={**os.environ, **(env or {})},
+        cwd=cwd,
+    )
     if check and done.returncode != 0:
-        raise AssertionError(f"{' '.join(map(str, cmd))} exited with {done.returncode}\n"
-                             f"stdout:\n{done.stdout[-4000:]}\nstderr:\n{done.stderr[-4000:]}")  # fmt: skip
+        raise AssertionError(
+            f"{' '.join(map(str, cmd))} exited with {done.returncode}\n"
+            f"stdout:\n{done.stdout[-4000:]}\nstderr:\n{done.stderr[-4000:]}"
+        )
     return done
 
 

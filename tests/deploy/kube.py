@@ -25,13 +25,34 @@ KUBERNETES_VERSIONS = ("1.25.0", "1.37.0")
 Obj = dict[str, Any]
 
 
-def render(helm: str, chart: Path, values: Mapping[str, Any], *, release: str = "prod", namespace: str = "jobs",
-           kube_version: str = KUBERNETES_VERSIONS[-1], tmp: Path) -> list[Obj]:  # fmt: skip
+def render(
+    helm: str,
+    chart: Path,
+    values: Mapping[str, Any],
+    *,
+    release: str = "prod",
+    namespace: str = "jobs",
+    kube_version: str = KUBERNETES_VERSIONS[-1],
+    tmp: Path,
+) -> list[Obj]:
     """``helm template`` of ``chart`` with ``values``; the objects it renders, CRDs included."""
     path = tmp / f"values-{abs(hash(repr(sorted(values.items()))))}.yaml"
     path.write_text(yaml.safe_dump(dict(values)))
-    done = run([helm, "template", release, chart, "--namespace", namespace, "--kube-version", kube_version,
-                "--include-crds", "--values", path])  # fmt: skip
+    done = run(
+        [
+            helm,
+            "template",
+            release,
+            chart,
+            "--namespace",
+            namespace,
+            "--kube-version",
+            kube_version,
+            "--include-crds",
+            "--values",
+            path,
+        ]
+    )
     return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
 
 
@@ -73,8 +94,9 @@ def _pruned(value: Any) -> Any:
     return value
 
 
-def validate(objects: Iterable[Obj], versions: Sequence[str] = KUBERNETES_VERSIONS,
-             crds: Sequence[Obj] = ()) -> list[str]:  # fmt: skip
+def validate(
+    objects: Iterable[Obj], versions: Sequence[str] = KUBERNETES_VERSIONS, crds: Sequence[Obj] = ()
+) -> list[str]:
     """Problems of ``objects`` against their schemas; every object must have one."""
     models = _models()
     own = {}

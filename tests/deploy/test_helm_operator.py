@@ -23,8 +23,12 @@ CRD = yaml.safe_load((CHART / "crds" / "cronoqworkerscalers.yaml").read_text())
 EXAMPLE = [doc for doc in yaml.safe_load_all((CHART / "examples" / "default-workers.yaml").read_text()) if doc]
 
 MAIN = {"name": "main", "url": "http://cronoq.cronoq:7070", "tokenSecret": {"name": "cronoq-tokens", "key": "metrics"}}
-GPU = {"name": "gpu", "url": "https://cronoq-gpu.jobs.svc:7070", "tokenSecret": {"name": "gpu-tokens", "key": "m"},
-       "caSecret": {"name": "cronoq-tls", "key": "ca.crt"}}  # fmt: skip
+GPU = {
+    "name": "gpu",
+    "url": "https://cronoq-gpu.jobs.svc:7070",
+    "tokenSecret": {"name": "gpu-tokens", "key": "m"},
+    "caSecret": {"name": "cronoq-tls", "key": "ca.crt"},
+}
 CASES: dict[str, dict[str, Any]] = {
     "one-server-every-namespace": {"servers": [MAIN]},
     "two-servers-tls-two-namespaces": {"servers": [MAIN, GPU], "namespaces": ["team-a", "team-b"]},
@@ -84,8 +88,13 @@ def test_the_cluster_role_grants_only_what_the_operator_uses(helm: str, case: st
     values = CASES[case]
     objects = _render(helm, values, tmp_path)
     role = one(objects, "ClusterRole", "ops-cronoq-operator")
-    granted = {(group, resource, verb) for rule in role["rules"] for group in rule["apiGroups"]
-               for resource in rule["resources"] for verb in rule["verbs"]}  # fmt: skip
+    granted = {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
     assert granted == {
         ("cronoq.io", "cronoqworkerscalers", "get"),
         ("cronoq.io", "cronoqworkerscalers", "list"),

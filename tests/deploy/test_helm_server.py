@@ -24,8 +24,10 @@ from .kube import KUBERNETES_VERSIONS, Obj, find, lint, one, render, render_erro
 
 CHART = DEPLOY / "helm" / "cronoq"
 ROLES = ("client", "worker", "metrics", "admin")
-POOLS = '[[pools]]\nname = "default"\nmax = 50\n[[pools]]\nname = "llm"\nmax = 200\nlease_ttl_s = 120\n' \
-        '[[pools]]\nname = "batch"\n'  # fmt: skip
+POOLS = (
+    '[[pools]]\nname = "default"\nmax = 50\n[[pools]]\nname = "llm"\nmax = 200\nlease_ttl_s = 120\n'
+    '[[pools]]\nname = "batch"\n'
+)
 THREE_SHARDS = [
     {"name": "cpu", "number": 1, "pools": ["default"]},
     {"name": "gpu", "number": 2, "pools": ["llm"], "replicas": 3},
@@ -36,31 +38,46 @@ CASES: dict[str, dict[str, Any]] = {
     # One group of servers, trying it out: memory store, one replica, tokens made by the chart.
     "one-memory-generated-tokens": {"store": {"kind": "memory"}, "replicas": 1},
     # One group with standbys on Postgres; the chart keeps the URL and the tokens in Secrets.
-    "one-postgres-generated-secrets": {"store": {"postgres": {"url": "postgres://cronoq:pw@db:5432/cronoq"}},
-                                       "config": POOLS},
+    "one-postgres-generated-secrets": {
+        "store": {"postgres": {"url": "postgres://cronoq:pw@db:5432/cronoq"}},
+        "config": POOLS,
+    },
     # One group, existing Secrets, TLS, a ServiceMonitor.
     "one-postgres-existing-secrets-tls": {
-        "auth": {"existingSecret": "cronoq-tokens"}, "store": {"postgres": {"urlSecret": {"name": "cronoq-db"}}},
-        "tls": {"secretName": "cronoq-tls"}, "metrics": {"serviceMonitor": {"enabled": True}}, "config": POOLS,
+        "auth": {"existingSecret": "cronoq-tokens"},
+        "store": {"postgres": {"urlSecret": {"name": "cronoq-db"}}},
+        "tls": {"secretName": "cronoq-tls"},
+        "metrics": {"serviceMonitor": {"enabled": True}},
+        "config": POOLS,
     },
     # Three shards with TLS between them, existing Secrets, the plain metrics listener.
     "three-shards-tls-existing-secrets": {
-        "shards": THREE_SHARDS, "tls": {"secretName": "cronoq-tls"}, "auth": {"existingSecret": "cronoq-tokens"},
+        "shards": THREE_SHARDS,
+        "tls": {"secretName": "cronoq-tls"},
+        "auth": {"existingSecret": "cronoq-tokens"},
         "store": {"postgres": {"urlSecret": {"name": "cronoq-db", "key": "dsn"}, "schema": "jobs_{shard}"}},
-        "server": {"metricsPort": 9090}, "metrics": {"serviceMonitor": {"enabled": True}}, "config": POOLS,
+        "server": {"metricsPort": 9090},
+        "metrics": {"serviceMonitor": {"enabled": True}},
+        "config": POOLS,
     },
     # Three shards on a trusted network without TLS, Secrets made by the chart.
     "three-shards-insecure-peer-http-generated-secrets": {
-        "shards": THREE_SHARDS, "insecurePeerHttp": True, "store": {"postgres": {"url": "postgres://db/cronoq"}},
-        "metrics": {"serviceMonitor": {"enabled": True}}, "config": POOLS,
+        "shards": THREE_SHARDS,
+        "insecurePeerHttp": True,
+        "store": {"postgres": {"url": "postgres://db/cronoq"}},
+        "metrics": {"serviceMonitor": {"enabled": True}},
+        "config": POOLS,
     },
     # Three shards with client certificates required (mTLS), probes on the metrics listener.
     "three-shards-mtls": {
-        "shards": THREE_SHARDS, "tls": {"secretName": "cronoq-tls", "clientAuth": True},
-        "auth": {"existingSecret": "cronoq-tokens"}, "store": {"postgres": {"urlSecret": {"name": "cronoq-db"}}},
-        "server": {"metricsPort": 9464}, "config": POOLS,
+        "shards": THREE_SHARDS,
+        "tls": {"secretName": "cronoq-tls", "clientAuth": True},
+        "auth": {"existingSecret": "cronoq-tokens"},
+        "store": {"postgres": {"urlSecret": {"name": "cronoq-db"}}},
+        "server": {"metricsPort": 9464},
+        "config": POOLS,
     },
-}  # fmt: skip
+}
 
 
 def _server_config(objects: list[Obj]) -> str:
@@ -85,8 +102,7 @@ def test_the_chart_lints_and_every_object_is_valid_kubernetes(helm: str, case: s
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_each_shard_has_a_deployment_a_service_and_a_disruption_budget(helm: str, case: str,
-                                                                         tmp_path: Path) -> None:  # fmt: skip
+def test_each_shard_has_a_deployment_a_service_and_a_disruption_budget(helm: str, case: str, tmp_path: Path) -> None:
     values = CASES[case]
     objects = render(helm, CHART, values, tmp=tmp_path)
     units = _units(values)
@@ -171,8 +187,9 @@ def test_tokens_and_the_database_url_come_from_secrets(helm: str, case: str, tmp
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_the_written_configuration_passes_cronoq_server_check_for_every_shard(helm: str, case: str,
-                                                                                tmp_path: Path) -> None:  # fmt: skip
+def test_the_written_configuration_passes_cronoq_server_check_for_every_shard(
+    helm: str, case: str, tmp_path: Path
+) -> None:
     values = CASES[case]
     objects = render(helm, CHART, values, tmp=tmp_path)
     text = _server_config(objects)
@@ -204,18 +221,21 @@ def test_the_written_configuration_passes_cronoq_server_check_for_every_shard(he
 
 
 @pytest.mark.parametrize("case", [c for c in sorted(CASES) if CASES[c].get("metrics")])
-def test_the_service_monitor_scrapes_each_shard_once_and_labels_its_shard(helm: str, case: str,
-                                                                            tmp_path: Path) -> None:  # fmt: skip
+def test_the_service_monitor_scrapes_each_shard_once_and_labels_its_shard(helm: str, case: str, tmp_path: Path) -> None:
     values = CASES[case]
     objects = render(helm, CHART, values, tmp=tmp_path)
     monitor = one(objects, "ServiceMonitor", "prod-cronoq")["spec"]
-    scraped = [svc for svc in find(objects, "Service")
-               if monitor["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()]  # fmt: skip
+    scraped = [
+        svc
+        for svc in find(objects, "Service")
+        if monitor["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    ]
     assert sorted(svc["metadata"]["name"] for svc in scraped) == sorted(name for name, _, _ in _units(values))
     endpoint = monitor["endpoints"][0]
     assert monitor["jobLabel"] == "app.kubernetes.io/name"  # job="cronoq", as the alert rules expect
-    assert {"sourceLabels": ["__meta_kubernetes_service_label_cronoq_io_shard"], "targetLabel": "shard"} in \
-        endpoint["relabelings"]  # fmt: skip
+    assert {"sourceLabels": ["__meta_kubernetes_service_label_cronoq_io_shard"], "targetLabel": "shard"} in endpoint[
+        "relabelings"
+    ]
     if values.get("server", {}).get("metricsPort"):
         assert endpoint["port"] == "metrics" and "authorization" not in endpoint
     else:
@@ -228,33 +248,42 @@ REFUSED = [
     ({"shards": THREE_SHARDS, "store": {"postgres": {"url": "postgres://db/x"}}}, "tls.secretName"),
     ({"store": {"kind": "postgres"}}, "store.postgres"),
     ({"store": {"kind": "memory"}, "replicas": 2}, "replicas: 1"),
-    ({"shards": THREE_SHARDS, "insecurePeerHttp": True, "store": {"postgres": {"url": "x", "schema": "cronoq"}}},
-     "{shard}"),
+    (
+        {"shards": THREE_SHARDS, "insecurePeerHttp": True, "store": {"postgres": {"url": "x", "schema": "cronoq"}}},
+        "{shard}",
+    ),
     ({**MEMORY, "tls": {"secretName": "t", "clientAuth": True}}, "server.metricsPort"),
     ({**MEMORY, "bogus": 1}, "bogus"),
     ({**MEMORY, "insecurePeerHttp": True, "shards": [{"name": "GPU!", "number": 1, "pools": ["a"]}]}, "shards.0.name"),
     ({**MEMORY, "insecurePeerHttp": True, "shards": [{"name": "a", "number": 256, "pools": ["a"]}]}, "shards.0.number"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("values", "message"), REFUSED)
-def test_values_that_cannot_work_are_refused_naming_the_value(helm: str, values: dict[str, Any], message: str,
-                                                              tmp_path: Path) -> None:  # fmt: skip
+def test_values_that_cannot_work_are_refused_naming_the_value(
+    helm: str, values: dict[str, Any], message: str, tmp_path: Path
+) -> None:
     assert message in render_error(helm, CHART, values, tmp_path)
 
 
-def test_the_rendered_configuration_runs_a_server_on_postgres(helm: str, tmp_path: Path, postgres_dsn: str,
-                                                              pg_schema: str) -> None:  # fmt: skip
+def test_the_rendered_configuration_runs_a_server_on_postgres(
+    helm: str, tmp_path: Path, postgres_dsn: str, pg_schema: str
+) -> None:
     """The chart's own tables, as written, start a real server against a real database."""
     values = CASES["one-postgres-generated-secrets"]
     objects = render(helm, CHART, values, tmp=tmp_path)
-    tokens = {role: base64.b64decode(value).decode()
-              for role, value in one(objects, "Secret", "prod-cronoq-tokens")["data"].items()}  # fmt: skip
+    tokens = {
+        role: base64.b64decode(value).decode()
+        for role, value in one(objects, "Secret", "prod-cronoq-tokens")["data"].items()
+    }
     config = _server_config(objects)
     # In a pod the listeners bind every interface; here they stay on loopback, and the tables go
     # to a schema of this test's own.
-    for before, after in (('"0.0.0.0:7070"', '"127.0.0.1:{port}"'), ('"0.0.0.0:7071"', '"127.0.0.1:0"'),
-                          ('schema = "cronoq"', f'schema = "{pg_schema}"')):  # fmt: skip
+    for before, after in (
+        ('"0.0.0.0:7070"', '"127.0.0.1:{port}"'),
+        ('"0.0.0.0:7071"', '"127.0.0.1:0"'),
+        ('schema = "cronoq"', f'schema = "{pg_schema}"'),
+    ):
         assert before in config
         config = config.replace(before, after)
     env = {f"CRONOQ_{role.upper()}_TOKEN": token for role, token in tokens.items()}

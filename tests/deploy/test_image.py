@@ -37,8 +37,23 @@ def test_check_validates_the_baked_in_configuration_on_a_read_only_root(image: s
 def test_check_names_the_problems_of_a_mounted_configuration(image: str, tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text('[server]\ngrpc_addr = "0.0.0.0:7070"\nshutdown_grace_s = -1\n\n[[pools]]\nname = "x y"\n')
-    done = run(["docker", "run", "--rm", "--read-only", "--network", "none", "-v", f"{bad}:/c.toml:ro", image,
-                "--config", "/c.toml", "--check"], check=False)  # fmt: skip
+    done = run(
+        [
+            "docker",
+            "run",
+            "--rm",
+            "--read-only",
+            "--network",
+            "none",
+            "-v",
+            f"{bad}:/c.toml:ro",
+            image,
+            "--config",
+            "/c.toml",
+            "--check",
+        ],
+        check=False,
+    )
     assert done.returncode == 1
     assert "shutdown_grace_s" in done.stdout and "pools[0].name" in done.stdout, done.stdout
 
@@ -62,8 +77,15 @@ def test_the_runtime_image_carries_no_build_tools(image: str) -> None:
         names = {name.lstrip("./") for name in archive.getnames()}
     for command in ("cronoq-server", "cronoq", "cronoq-operator"):
         assert f"opt/cronoq/bin/{command}" in names, command
-    for tool in ("usr/bin/gcc", "usr/bin/cc", "usr/bin/make", "usr/bin/ld", "opt/cronoq/bin/pip",
-                 "usr/local/bin/pip", "usr/bin/pip3"):  # fmt: skip
+    for tool in (
+        "usr/bin/gcc",
+        "usr/bin/cc",
+        "usr/bin/make",
+        "usr/bin/ld",
+        "opt/cronoq/bin/pip",
+        "usr/local/bin/pip",
+        "usr/bin/pip3",
+    ):
         assert tool not in names, tool
     installers = [name for name in names if "/site-packages/pip/" in name or "/site-packages/setuptools/" in name]
     assert not installers, installers[:5]
@@ -98,8 +120,9 @@ def containers() -> Iterator[Containers]:
         started.remove()
 
 
-def _http(url: str, body: dict[str, object] | None = None, token: str | None = None,
-          timeout: float = 30.0) -> tuple[int, bytes]:  # fmt: skip
+def _http(
+    url: str, body: dict[str, object] | None = None, token: str | None = None, timeout: float = 30.0
+) -> tuple[int, bytes]:
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(url, data=data, method="POST" if data else "GET")
     if data:
@@ -134,8 +157,9 @@ def _uid_of(container: str) -> int:
     raise AssertionError("no Uid line")
 
 
-def test_server_and_worker_containers_run_a_task_submitted_over_http(image: str, tmp_path: Path,
-                                                                      containers: Containers) -> None:  # fmt: skip
+def test_server_and_worker_containers_run_a_task_submitted_over_http(
+    image: str, tmp_path: Path, containers: Containers
+) -> None:
     tokens = {role: secrets.token_hex(20) for role in ROLES}
     env = [arg for role, token in tokens.items() for arg in ("-e", f"CRONOQ_{role.upper()}_TOKEN={token}")]
     grpc_port, http_port = free_port(), free_port()
@@ -150,18 +174,32 @@ def test_server_and_worker_containers_run_a_task_submitted_over_http(image: str,
     path.chmod(0o644)
 
     # The mounted file replaces the baked-in one at the path CRONOQ_CONFIG names.
-    server = containers.start("--network", "host", "--read-only", *env,
-                              "-v", f"{path}:/etc/cronoq/cronoq.toml:ro", image)  # fmt: skip
+    server = containers.start(
+        "--network", "host", "--read-only", *env, "-v", f"{path}:/etc/cronoq/cronoq.toml:ro", image
+    )
     url = f"http://127.0.0.1:{http_port}"
     _wait_ready(url, containers, server)
 
     worker_script = ROOT / "tests" / "deploy" / "container_worker.py"
-    worker = containers.start("--network", "host", "--read-only", "-e", f"CRONOQ_WORKER_TOKEN={tokens['worker']}",
-                              "-v", f"{worker_script}:/opt/test/worker.py:ro", "--entrypoint", "python3", image,
-                              "/opt/test/worker.py", f"127.0.0.1:{grpc_port}", "default")  # fmt: skip
+    worker = containers.start(
+        "--network",
+        "host",
+        "--read-only",
+        "-e",
+        f"CRONOQ_WORKER_TOKEN={tokens['worker']}",
+        "-v",
+        f"{worker_script}:/opt/test/worker.py:ro",
+        "--entrypoint",
+        "python3",
+        image,
+        "/opt/test/worker.py",
+        f"127.0.0.1:{grpc_port}",
+        "default",
+    )
 
-    status, body = _http(f"{url}/v1/tasks", {"payload": {"n": 7}, "wait": True, "wait_timeout_s": 60},
-                         token=tokens["client"], timeout=90)  # fmt: skip
+    status, body = _http(
+        f"{url}/v1/tasks", {"payload": {"n": 7}, "wait": True, "wait_timeout_s": 60}, token=tokens["client"], timeout=90
+    )
     assert status == 200, body
     result = json.loads(body)["result"]
     assert result["status"] == "succeeded", result
@@ -171,9 +209,27 @@ def test_server_and_worker_containers_run_a_task_submitted_over_http(image: str,
     assert docker("inspect", "-f", "{{.Config.Hostname}}", worker) == output["host"]
 
     # The CLI in the image, from a third container, over gRPC.
-    cli = run(["docker", "run", "--rm", "--network", "host", "--read-only", "-e",
-               f"CRONOQ_TOKEN={tokens['client']}", "--entrypoint", "cronoq", image,
-               "--addr", f"http://127.0.0.1:{grpc_port}", "submit", '{"n": 8}', "--json", "--wait"])  # fmt: skip
+    cli = run(
+        [
+            "docker",
+            "run",
+            "--rm",
+            "--network",
+            "host",
+            "--read-only",
+            "-e",
+            f"CRONOQ_TOKEN={tokens['client']}",
+            "--entrypoint",
+            "cronoq",
+            image,
+            "--addr",
+            f"http://127.0.0.1:{grpc_port}",
+            "submit",
+            '{"n": 8}',
+            "--json",
+            "--wait",
+        ]
+    )
     assert json.loads(cli.stdout)["echo"] == {"n": 8}
 
     # The server process runs as the image's user, on a root filesystem it cannot write.

@@ -47,8 +47,9 @@ name = "other"
 
 
 def spec(**fields: Any) -> ScalerSpec:
-    return ScalerSpec.from_body({"server": "main", "pool": "llm", "deployment": "llm-workers", "maxReplicas": 100,
-                                 **fields})  # fmt: skip
+    return ScalerSpec.from_body(
+        {"server": "main", "pool": "llm", "deployment": "llm-workers", "maxReplicas": 100, **fields}
+    )
 
 
 def settings(url: str, token_file: Path) -> ServerSettings:
@@ -111,8 +112,7 @@ async def test_replicas_follow_the_pools_desired_slots(server: ServerProcess, tm
         await reader.close()
 
 
-async def test_the_deployment_is_left_alone_when_the_pool_cannot_be_read(server: ServerProcess,
-                                                                          tmp_path: Path) -> None:  # fmt: skip
+async def test_the_deployment_is_left_alone_when_the_pool_cannot_be_read(server: ServerProcess, tmp_path: Path) -> None:
     url = f"http://{server.address}"
     wrong = ServerReader(settings(url, token_file(tmp_path, "not-a-token-0123456789abcdef")))
     worker = ServerReader(ServerSettings("main", url, token_file=token_file(tmp_path, WORKER_TOKEN)))
@@ -143,13 +143,17 @@ async def test_the_deployment_is_left_alone_when_the_pool_cannot_be_read(server:
 
 def test_a_pool_of_an_unreachable_shard_is_not_reported_and_its_workers_stay(tmp_path: Path) -> None:
     ports = {"s1": free_port(), "s2": free_port()}
-    shards = "".join(f'\n[[shards]]\nname = "{name}"\nnumber = {n}\npools = {pools}\nendpoint = "http://127.0.0.1:{port}"\n'
-                     for n, ((name, port), pools) in enumerate(zip(ports.items(), ('["default", "llm"]', '["other"]'),
-                                                                   strict=True), start=1))  # fmt: skip
+    shards = "".join(
+        f'\n[[shards]]\nname = "{name}"\nnumber = {n}\npools = {pools}\nendpoint = "http://127.0.0.1:{port}"\n'
+        for n, ((name, port), pools) in enumerate(
+            zip(ports.items(), ('["default", "llm"]', '["other"]'), strict=True), start=1
+        )
+    )
     config = "[server]\n" + TOKENS_TOML + POOLS + shards
-    servers = {name: ServerProcess(tmp_path, config, name=name,
-                                   args=("--shard", name, "--grpc-addr", f"127.0.0.1:{port}"))
-               for name, port in ports.items()}  # fmt: skip
+    servers = {
+        name: ServerProcess(tmp_path, config, name=name, args=("--shard", name, "--grpc-addr", f"127.0.0.1:{port}"))
+        for name, port in ports.items()
+    }
     for process in servers.values():
         process.start()
     reader = ServerReader(settings(f"http://127.0.0.1:{ports['s1']}", token_file(tmp_path, METRICS_TOKEN)))
@@ -226,20 +230,34 @@ def _crd() -> dict[str, Any]:
 
 def test_the_status_written_fits_the_crd_and_keeps_what_a_failed_reading_cannot_know() -> None:
     schema = _crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
-    scaled = status_of(decide(spec(slotsPerReplica=4), Reading.of(10), 1, Targets(), 0.0), 3, 2, {},
-                       "2026-01-01T00:00:00Z")  # fmt: skip
+    scaled = status_of(
+        decide(spec(slotsPerReplica=4), Reading.of(10), 1, Targets(), 0.0), 3, 2, {}, "2026-01-01T00:00:00Z"
+    )
     jsonschema.validate(scaled, schema)
     assert scaled["desiredSlots"] == 10 and scaled["replicas"] == 3 and scaled["observedGeneration"] == 2
     assert scaled["conditions"][0]["status"] == "True" and scaled["lastScaleTime"] == "2026-01-01T00:00:00Z"
-    failed = status_of(decide(spec(), Reading.failed(Reason.SERVER_UNAVAILABLE, "server 'main' did not answer"), 3,
-                              Targets(), 15.0), 3, 2, scaled, "2026-01-01T00:00:15Z")  # fmt: skip
+    failed = status_of(
+        decide(spec(), Reading.failed(Reason.SERVER_UNAVAILABLE, "server 'main' did not answer"), 3, Targets(), 15.0),
+        3,
+        2,
+        scaled,
+        "2026-01-01T00:00:15Z",
+    )
     jsonschema.validate(failed, schema)
     assert failed["reason"] == Reason.SERVER_UNAVAILABLE and failed["desiredSlots"] == 10  # the last known
     assert failed["lastScaleTime"] == "2026-01-01T00:00:00Z"
-    assert failed["conditions"][0] == {**failed["conditions"][0], "status": "False",
-                                       "lastTransitionTime": "2026-01-01T00:00:15Z"}  # fmt: skip
-    again = status_of(decide(spec(), Reading.failed(Reason.SERVER_UNAVAILABLE, "server 'main' did not answer"), 3,
-                             Targets(), 30.0), 3, 2, failed, "2026-01-01T00:00:30Z")  # fmt: skip
+    assert failed["conditions"][0] == {
+        **failed["conditions"][0],
+        "status": "False",
+        "lastTransitionTime": "2026-01-01T00:00:15Z",
+    }
+    again = status_of(
+        decide(spec(), Reading.failed(Reason.SERVER_UNAVAILABLE, "server 'main' did not answer"), 3, Targets(), 30.0),
+        3,
+        2,
+        failed,
+        "2026-01-01T00:00:30Z",
+    )
     assert again == failed  # nothing changed, so nothing is written
 
 

@@ -24,8 +24,7 @@ from .kube import validate
 PROMETHEUS = DEPLOY / "prometheus"
 RULES = PROMETHEUS / "cronoq-rules.yaml"
 DASHBOARD = json.loads((DEPLOY / "grafana" / "cronoq-dashboard.json").read_text())
-KEDA = [doc for path in sorted((DEPLOY / "keda").glob("*.yaml"))
-        for doc in yaml.safe_load_all(path.read_text()) if doc]  # fmt: skip
+KEDA = [doc for path in sorted((DEPLOY / "keda").glob("*.yaml")) for doc in yaml.safe_load_all(path.read_text()) if doc]
 
 SERIES = re.compile(r"\b(cronoq_[a-z0-9_]+|cronoq:[a-z0-9_:]+)")
 # Grafana's variables, as a dashboard would fill them in.
@@ -39,16 +38,24 @@ def _rules() -> list[dict[str, Any]]:
 def _dashboard_queries() -> list[str]:
     queries = [target["expr"] for panel in DASHBOARD["panels"] for target in panel.get("targets", [])]
     for variable in DASHBOARD["templating"]["list"]:
-        match = re.fullmatch(r"label_values\((.*), \w+\)", variable["query"]["query"]) \
-            if isinstance(variable.get("query"), dict) else None  # fmt: skip
+        match = (
+            re.fullmatch(r"label_values\((.*), \w+\)", variable["query"]["query"])
+            if isinstance(variable.get("query"), dict)
+            else None
+        )
         if match:
             queries.append(match.group(1))
     return queries
 
 
 def _keda_queries() -> list[str]:
-    return [trigger["metadata"]["query"] for obj in KEDA if obj["kind"] == "ScaledObject"
-            for trigger in obj["spec"]["triggers"] if trigger["type"] == "prometheus"]  # fmt: skip
+    return [
+        trigger["metadata"]["query"]
+        for obj in KEDA
+        if obj["kind"] == "ScaledObject"
+        for trigger in obj["spec"]["triggers"]
+        if trigger["type"] == "prometheus"
+    ]
 
 
 def _filled(query: str) -> str:
@@ -65,9 +72,15 @@ def test_the_rules_pass_promtool_check_and_their_unit_tests(promtool: str) -> No
 
 def test_the_alerts_cover_what_operators_are_paged_for() -> None:
     alerts = {rule["alert"] for rule in _rules() if "alert" in rule}
-    assert {"CronoqTasksDeadLettered", "CronoqWaitAboveObjective", "CronoqPendingWithoutWorkers",
-            "CronoqShardWithoutLeader", "CronoqShardUnavailable", "CronoqStoreCommitErrors",
-            "CronoqFencedCommits"} <= alerts  # fmt: skip
+    assert {
+        "CronoqTasksDeadLettered",
+        "CronoqWaitAboveObjective",
+        "CronoqPendingWithoutWorkers",
+        "CronoqShardWithoutLeader",
+        "CronoqShardUnavailable",
+        "CronoqStoreCommitErrors",
+        "CronoqFencedCommits",
+    } <= alerts
     for rule in _rules():
         if "alert" in rule:
             assert rule["labels"]["severity"] in ("warning", "critical")
@@ -113,21 +126,27 @@ def test_the_keda_query_asks_for_one_pod_per_four_desired_slots(promtool: str, t
     (query,) = _keda_queries()
     tests = {
         "evaluation_interval": "1m",
-        "tests": [{
-            "interval": "1m",
-            "input_series": [
-                {"series": 'cronoq_pool_desired_workers{job="cronoq", pool="default", instance="cpu-0"}',
-                 "values": "10 10 13 0"},
-                {"series": 'cronoq_pool_desired_workers{job="cronoq", pool="llm", instance="gpu-0"}',
-                 "values": "99 99 99 99"},
-            ],
-            "promql_expr_test": [
-                {"expr": query, "eval_time": "1m", "exp_samples": [{"labels": "{}", "value": 3}]},
-                {"expr": query, "eval_time": "2m", "exp_samples": [{"labels": "{}", "value": 4}]},
-                {"expr": query, "eval_time": "3m", "exp_samples": [{"labels": "{}", "value": 0}]},
-            ],
-        }],
-    }  # fmt: skip
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [
+                    {
+                        "series": 'cronoq_pool_desired_workers{job="cronoq", pool="default", instance="cpu-0"}',
+                        "values": "10 10 13 0",
+                    },
+                    {
+                        "series": 'cronoq_pool_desired_workers{job="cronoq", pool="llm", instance="gpu-0"}',
+                        "values": "99 99 99 99",
+                    },
+                ],
+                "promql_expr_test": [
+                    {"expr": query, "eval_time": "1m", "exp_samples": [{"labels": "{}", "value": 3}]},
+                    {"expr": query, "eval_time": "2m", "exp_samples": [{"labels": "{}", "value": 4}]},
+                    {"expr": query, "eval_time": "3m", "exp_samples": [{"labels": "{}", "value": 0}]},
+                ],
+            }
+        ],
+    }
     (tmp_path / "keda.test.yaml").write_text(yaml.safe_dump(tests))
     done = run([promtool, "test", "rules", "keda.test.yaml"], cwd=tmp_path)
     assert "SUCCESS" in done.stdout
@@ -180,16 +199,10 @@ name = "other"
         process.stop()
 
 
-def _http_port(process: ServerProcess) -> int:
-    config = (process.directory / f"{process.name}.toml").read_text()
-    match = re.search(r'http_addr = "127\.0\.0\.1:(\d+)"', config)
-    assert match
-    return int(match.group(1))
-
-
 def _get(process: ServerProcess, path: str) -> bytes:
-    request = urllib.request.Request(f"http://127.0.0.1:{_http_port(process)}{path}",
-                                     headers={"authorization": f"Bearer {METRICS_TOKEN}"})  # fmt: skip
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{process.http_port}{path}", headers={"authorization": f"Bearer {METRICS_TOKEN}"}
+    )
     with urllib.request.urlopen(request, timeout=30) as response:
         body: bytes = response.read()
         return body

@@ -44,17 +44,30 @@ def test_the_units_verify_cleanly(root: Path) -> None:
 
 def test_the_server_unit_is_hardened(root: Path) -> None:
     # Exposure 0 (locked down) to 10 (exposed); --threshold counts tenths.
-    done = run(["systemd-analyze", "security", "--offline=true", f"--root={root}", "--threshold=20",
-                "--no-pager", "cronoq-server@cpu.service"])  # fmt: skip
+    done = run(
+        [
+            "systemd-analyze",
+            "security",
+            "--offline=true",
+            f"--root={root}",
+            "--threshold=20",
+            "--no-pager",
+            "cronoq-server@cpu.service",
+        ]
+    )
     assert "Overall exposure level for cronoq-server@cpu.service: 1." in done.stdout, done.stdout[-500:]
 
 
 def test_the_instance_example_passes_its_arguments_to_a_real_check() -> None:
-    lines = dict(line.split("=", 1) for line in (SYSTEMD / "instance.env.example").read_text().splitlines()
-                 if line and not line.startswith("#"))  # fmt: skip
+    lines = dict(
+        line.split("=", 1)
+        for line in (SYSTEMD / "instance.env.example").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
     args = lines["CRONOQ_ARGS"].split()
-    done = run([sys.executable, "-m", "cronoq.server.main", "--config", DEPLOY / "cronoq.example.toml", "--check",
-                *args])  # fmt: skip
+    done = run(
+        [sys.executable, "-m", "cronoq.server.main", "--config", DEPLOY / "cronoq.example.toml", "--check", *args]
+    )
     assert "configuration is valid" in done.stdout
     secrets = (SYSTEMD / "cronoq.env.example").read_text()
     for role in ("CLIENT", "WORKER", "METRICS", "ADMIN"):

@@ -78,17 +78,14 @@ def test_a_scheduler_belongs_to_the_loop_that_started_it() -> None:
         await sched.start()
         assert await within(await sched.submit(1)) == 1
 
-    loop = asyncio.new_event_loop()
-    try:
-        loop.run_until_complete(start())
-    finally:
-        loop.close()
+    # The first loop closes without a shutdown (asyncio.run cancels the scheduler's tasks).
+    asyncio.run(start())
 
     async def later() -> None:
         with pytest.raises(cronoq.SchedulerError):
             await sched.submit(2)
 
-    asyncio.run(later())  # the first loop closed without a shutdown
+    asyncio.run(later())
 
 
 async def test_calls_from_another_loop_are_refused() -> None:

@@ -133,6 +133,18 @@ async def wait_done(stub: pbg.TasksStub, task_id: int) -> pb.TaskResult:
     raise AssertionError(f"task {task_id} never ended")
 
 
+async def until_served(console: cpbg.ConsoleStub, pool: str, shard: str) -> cpb.MoveStatus:
+    """The pool's move status once ``shard`` serves it (or the last one read, after 30 s)."""
+    status = cpb.MoveStatus()
+    for _ in range(600):
+        with contextlib.suppress(grpc.aio.AioRpcError):
+            status = await console.GetMove(cpb.MoveRequest(pool=pool), metadata=ADMIN)
+            if status.shard == shard:
+                break
+        await asyncio.sleep(0.05)
+    return status
+
+
 def move_in_thread(cli: Cli, *args: str) -> tuple[threading.Thread, list[str]]:
     """``cronoq admin move-pool ARGS`` beside the load; what it printed (and exited with)."""
     said: list[str] = []
@@ -212,6 +224,22 @@ async def test_a_pool_moves_under_load_and_keeps_its_tasks_keys_ids_and_schedule
             assert info.id == task_id
             held = await s2.Get(pb.GetRequest(task=pb.TaskRef(id=task_id)), metadata=(*CLIENT, *HERE))
             assert held.pool == "p1"
+        # A listing over both shards, page by page, finds every task once, in id order, though s2
+        # now holds ids of s1.
+        listed: list[int] = []
+        after = 0
+        for _ in range(1000):  # a cursor that went back would page forever
+            page = await s1.ListTasks(
+                pb.ListTasksRequest(pools=["p1", "default"], after=after, limit=7), metadata=CLIENT
+            )
+            listed.extend(info.id for info in page.tasks)
+            if not page.next_after:
+                break
+            after = page.next_after
+        else:
+            raise AssertionError(f"the listing did not end; it went {listed[-30:]}")
+        assert listed == sorted(set(listed))
+        assert {*keyed.values(), later, *acked["p1"], *acked["default"]} <= set(listed)
         # The scheduled task and the schedule moved too; s1 keeps only forwarding records.
         moved = await s1.Get(pb.GetRequest(task=pb.TaskRef(id=later)), metadata=CLIENT)
         assert moved.status == pb.TASK_STATUS_SCHEDULED
@@ -256,11 +284,11 @@ async def test_moves_that_would_split_dependencies_or_break_rules_are_refused(cl
         assert error.code() is grpc.StatusCode.NOT_FOUND
 
         status = await console.MovePool(cpb.MovePoolRequest(pool="p1", to="s2"), metadata=ADMIN)
-        assert status.phase == "requested" and status.target == "s2" and status.version == 2
+        assert status.phase == "draining" and status.target == "s2" and status.version == 2
         for _ in range(400):  # the source takes the lead again and checks the move
             with contextlib.suppress(grpc.aio.AioRpcError):
                 status = await console.GetMove(cpb.MoveRequest(pool="p1"), metadata=ADMIN)
-                if status.phase != "requested":
+                if status.phase not in ("draining", "requested", "transferring"):
                     break
             await asyncio.sleep(0.05)
         assert status.phase == "refused"
@@ -279,19 +307,14 @@ async def test_a_move_is_finished_by_the_next_leaders_when_both_are_killed_mid_w
         tasks, console = pbg.TasksStub(channel), cpbg.ConsoleStub(channel)  # type: ignore[no-untyped-call]
         ids = [await submit_retrying(tasks, pb.TaskSpec(pool="p1", key=f"c{i}")) for i in range(30)]
         status = await console.MovePool(cpb.MovePoolRequest(pool="p1", to="s2"), metadata=ADMIN)
-        assert status.phase == "requested"
+        assert status.phase == "draining"
     for node in cluster.values():
         node.kill()
     for node in cluster.values():
         node.start()
     async with grpc.aio.insecure_channel(cluster["s1"].address) as channel:
         tasks, console = pbg.TasksStub(channel), cpbg.ConsoleStub(channel)  # type: ignore[no-untyped-call]
-        for _ in range(600):
-            with contextlib.suppress(grpc.aio.AioRpcError):
-                status = await console.GetMove(cpb.MoveRequest(pool="p1"), metadata=ADMIN)
-                if status.shard == "s2":
-                    break
-            await asyncio.sleep(0.05)
+        status = await until_served(console, "p1", "s2")
         assert status.shard == "s2" and status.placement_version == 2
         worker = Worker(cluster["s1"].address, "p1", runs.handler, slots=4, token=WORKER_TOKEN, backoff=(0.05, 0.3))
         running = asyncio.ensure_future(worker.run())
@@ -307,3 +330,111 @@ async def test_a_move_is_finished_by_the_next_leaders_when_both_are_killed_mid_w
     assert max(runs.count.values()) == 1
     text = Cli(cluster["s1"].address).ok("admin", "topology", token=METRICS_TOKEN)
     assert "p1@2" in text and "disagreement" not in text
+
+
+async def test_running_attempts_finish_on_the_source_and_a_draining_move_can_be_aborted(
+    cluster: dict[str, Node],
+) -> None:
+    """While a move drains, the pool's running attempts go on at the source (their outcomes are
+    accepted there) and nothing new of the pool starts; an abort then lets it start again. A second
+    move waits for the running attempts, and only then hands the pool over: every task ran once,
+    at attempt 1."""
+    started: asyncio.Queue[tuple[int, int]] = asyncio.Queue()
+    release: dict[int, asyncio.Event] = collections.defaultdict(asyncio.Event)
+
+    async def handler(lease: Lease) -> bytes:
+        started.put_nowait((lease.task_id, lease.attempt))
+        await release[lease.task_id].wait()
+        return b"ok"
+
+    async with grpc.aio.insecure_channel(cluster["s1"].address) as channel:
+        tasks, console = pbg.TasksStub(channel), cpbg.ConsoleStub(channel)  # type: ignore[no-untyped-call]
+        worker = Worker(cluster["s1"].address, "p1", handler, slots=2, token=WORKER_TOKEN, backoff=(0.05, 0.3))
+        running = asyncio.ensure_future(worker.run())
+        try:
+            child = 0
+            first = await submit_retrying(tasks, pb.TaskSpec(pool="p1"))
+            hold = await submit_retrying(tasks, pb.TaskSpec(pool="p1"))  # runs until the end: the move drains
+            assert {await asyncio.wait_for(started.get(), 30) for _ in range(2)} == {(first, 1), (hold, 1)}
+            status = await console.MovePool(cpb.MovePoolRequest(pool="p1", to="s2"), metadata=ADMIN)
+            assert status.phase == "draining"
+            second = await submit_retrying(tasks, pb.TaskSpec(pool="p1"))  # admitted while draining
+            release[first].set()
+            assert (await wait_done(tasks, first)).status == pb.TASK_STATUS_SUCCEEDED  # accepted at the source
+            info = await tasks.Get(pb.GetRequest(task=pb.TaskRef(id=second)), metadata=(*CLIENT, *HERE))
+            assert info.status == pb.TASK_STATUS_READY  # the free slot starts nothing of the pool
+
+            aborted = await console.AbortMove(cpb.MoveRequest(pool="p1"), metadata=ADMIN)
+            assert (aborted.phase, aborted.shard) == ("aborted", "s1")
+            assert await asyncio.wait_for(started.get(), 30) == (second, 1)  # dispatch goes on
+            with pytest.raises(grpc.aio.AioRpcError) as again:
+                await console.AbortMove(cpb.MoveRequest(pool="p1"), metadata=ADMIN)
+            assert again.value.code() is grpc.StatusCode.FAILED_PRECONDITION
+            assert "is 'aborted': it is over, there is nothing to abort" in again.value.details()
+
+            status = await console.MovePool(cpb.MovePoolRequest(pool="p1", to="s2"), metadata=ADMIN)
+            assert status.phase == "draining"  # hold and the second task are running
+            release[second].set()
+            release[hold].set()
+            status = await until_served(console, "p1", "s2")
+            assert (status.shard, status.placement_version) == ("s2", 2)
+            for task_id in (first, hold, second):  # one attempt each: none was cut off and retried
+                assert (await wait_done(tasks, task_id)).status == pb.TASK_STATUS_SUCCEEDED
+                info = await tasks.Get(pb.GetRequest(task=pb.TaskRef(id=task_id)), metadata=CLIENT)
+                assert (info.status, info.attempt) == (pb.TASK_STATUS_SUCCEEDED, 1)
+            # A task may depend on a moved one: its id names s1, but s2 holds it now.
+            child = await submit_retrying(
+                tasks, pb.TaskSpec(pool="p1", deps=[pb.Dep(target=pb.TaskRef(id=second), cond=pb.EDGE_COND_ON_SUCCESS)])
+            )
+            assert child >> SHARD_BITS == 2
+            release[child].set()
+            assert (await wait_done(tasks, child)).status == pb.TASK_STATUS_SUCCEEDED
+            with pytest.raises(grpc.aio.AioRpcError) as done:  # the target owns it, and has no move of it
+                await console.AbortMove(cpb.MoveRequest(pool="p1"), metadata=ADMIN)
+            assert done.value.code() is grpc.StatusCode.FAILED_PRECONDITION
+            assert "pool 'p1' has no move to abort on this shard" in done.value.details()
+        finally:
+            await worker.stop(grace=0)
+            running.cancel()
+            with contextlib.suppress(BaseException):
+                await running
+    assert started.qsize() == 1  # the child; nothing ran twice
+    assert started.get_nowait() == (child, 1)
+
+
+async def test_the_http_route_moves_a_pool_reports_it_and_refuses_what_it_cannot_do(cluster: dict[str, Node]) -> None:
+    """``/v1/admin/pools/{pool}/move``: the console calls over HTTP, entered at the shard that
+    does not serve the pool (the router forwards them)."""
+    import aiohttp
+
+    url = f"{cluster['s2'].http}/v1/admin/pools/p1/move"
+    admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    async with aiohttp.ClientSession() as http:
+
+        async def call(method: str, body: object = None, token: str = ADMIN_TOKEN) -> tuple[int, dict[str, object]]:
+            headers = {"Authorization": f"Bearer {token}"}
+            async with http.request(method, url, json=body, headers=headers) as response:
+                return response.status, await response.json()
+
+        status, before = await call("GET", token=METRICS_TOKEN)
+        assert status == 200 and before == {"pool": "p1", "shard": "s1", "placement_version": 1}
+        assert (await call("POST", {"to": "s2"}, token=METRICS_TOKEN))[0] == 403
+        status, error = await call("POST", {"to": "s2", "now": True})
+        assert status == 400 and "now: unknown field" in str(error)
+        status, error = await call("POST", {})
+        assert status == 400 and str(error).count("to: ") == 1
+        status, error = await call("POST", {"to": "s9"})
+        assert status == 400 and "no shard is named 's9'" in str(error)
+        status, error = await call("DELETE")
+        assert status == 409 and "pool 'p1' has no move to abort" in str(error)
+
+        status, started = await call("POST", {"to": "s2"})
+        assert status == 200 and started["phase"] == "draining" and started["target"] == "s2", started
+        assert started["version"] == 2 and isinstance(started["updated_unix_ns"], str)
+        for _ in range(600):
+            async with http.get(url, headers=admin) as response:
+                now = await response.json() if response.status == 200 else {}
+            if now.get("shard") == "s2":
+                break
+            await asyncio.sleep(0.05)
+        assert now == {"pool": "p1", "shard": "s2", "placement_version": 2}  # s2 has no move of it

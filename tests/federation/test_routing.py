@@ -108,6 +108,13 @@ async def test_dependencies_and_resources_stay_in_their_shard(federation: Federa
         await submit(node1, "p2", deps=[pb.Dep(target=pb.TaskRef(id=parent))])
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "another shard" in (err.value.details() or "")
+    batch = pb.SubmitBatchRequest(
+        tasks=[pb.TaskSpec(pool="p2"), pb.TaskSpec(pool="p2", deps=[pb.Dep(target=pb.TaskRef(id=parent))])]
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await node1.tasks.SubmitBatch(batch, metadata=bearer(CLIENT_TOKEN))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert (err.value.details() or "").startswith(f"task 1: dependency {parent} is a task of another shard")
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await submit(node1, "default", resources={"gpu": 1})  # gpu belongs to shard s2
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT

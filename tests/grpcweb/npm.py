@@ -29,8 +29,10 @@ ES_OPTIONS = "target=js,import_extension=js"
 def _need(tool: str) -> str:
     path = shutil.which(tool)
     if path is None:
-        pytest.fail(f"{tool} is needed for the gRPC-Web client tests: install Node.js 20 or newer with npm "
-                    f"(e.g. `apt-get install -y nodejs npm`)")  # fmt: skip
+        pytest.fail(
+            f"{tool} is needed for the gRPC-Web client tests: install Node.js 20 or newer with npm "
+            f"(e.g. `apt-get install -y nodejs npm`)"
+        )
     return path
 
 
@@ -50,17 +52,33 @@ def node_project() -> Path:
         project.mkdir(parents=True, exist_ok=True)
         for name in ("package.json", "package-lock.json"):
             shutil.copy(HERE / name, project / name)
-        done = subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--cache", str(CACHE / "cache")], cwd=project,
-                              capture_output=True, text=True, timeout=600)  # fmt: skip
+        done = subprocess.run(
+            [npm, "ci", "--no-audit", "--no-fund", "--cache", str(CACHE / "cache")],
+            cwd=project,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         if done.returncode != 0:
             pytest.fail(f"npm ci failed in {project}:\n{done.stdout}\n{done.stderr}")
         generated = project / "gen"
         generated.mkdir(exist_ok=True)
         plugin = project / "node_modules" / ".bin" / "protoc-gen-es"
-        done = subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"--plugin=protoc-gen-es={plugin}",
-                               f"--es_out={generated}", f"--es_opt={ES_OPTIONS}",
-                               f"--proto_path={ROOT / 'cronoq' / 'proto'}", *PROTOS],
-                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "grpc_tools.protoc",
+                f"--plugin=protoc-gen-es={plugin}",
+                f"--es_out={generated}",
+                f"--es_opt={ES_OPTIONS}",
+                f"--proto_path={ROOT / 'cronoq' / 'proto'}",
+                *PROTOS,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         if done.returncode != 0:
             pytest.fail(f"generating the Connect-ES code failed:\n{done.stderr}")
         (project / ".installed").write_text(digest)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -119,10 +120,18 @@ def test_every_available_peer_runs_beside_cronoq(postgres_dsn: str) -> None:
 
 
 def test_producer_bench_reports_the_cost_of_each_way_to_submit(postgres_dsn: str) -> None:
-    lines, _ = run(PRODUCER, ["--single-tasks", "200", "--batch-tasks", "2000"], postgres_dsn)
+    lines, _ = run(PRODUCER, ["--single-tasks", "200", "--batch-tasks", "2000", "--wrk-seconds", "1"], postgres_dsn)
     results = {line["case"]: line for line in lines}
     assert set(results) == {"grpc_submit_c64", "grpc_submit_c64_coalesced", "grpc_submit_batch_100",
-                            "grpc_submit_batch_1000", "http_submit_c64"}  # fmt: skip
+                            "grpc_submit_batch_1000", "http_submit_c64", "http_wrk_c64"}  # fmt: skip
+    wrk = results.pop("http_wrk_c64")
+    if shutil.which("wrk") is None:
+        assert "wrk is not installed" in wrk["skipped"]
+    else:  # every answer was an acknowledgement, each counted once
+        assert "error" not in wrk, wrk
+        assert wrk["statuses"] == {"200": wrk["tasks"]} and wrk["calls"] == wrk["tasks"] > 0
+        assert wrk["tasks"] <= wrk["server_submitted"] <= wrk["tasks"] + wrk["concurrency"]
+        assert wrk["server_cpu_us_per_task"] > 0 and wrk["ack_p50_ms"] <= wrk["ack_p99_ms"]
     for case, result in results.items():
         assert "error" not in result, result
         assert result["tasks_per_s"] > 0 and result["ack_p50_ms"] <= result["ack_p99_ms"]

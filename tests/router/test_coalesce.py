@@ -6,9 +6,9 @@ import asyncio
 
 import grpc
 import pytest
+from cronoq.router.calls import status_of
 from cronoq.router.coalesce import RESEND_CONCURRENCY, Route, SubmitCoalescer
 from cronoq.router.errors import RouteError
-from cronoq.router.router import status_of
 
 from cronoq.proto import cronoq_pb2 as pb
 

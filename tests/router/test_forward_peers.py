@@ -108,7 +108,7 @@ async def test_a_peer_without_the_forward_stream_gets_unary_calls(peer: tuple[gr
         for expected in (1, 2):
             answer = await routing.submit(caller("alice"), submit())
             assert answer.id == (2 << SHARD_BITS) + expected
-        assert not routing.streams.supported("s2")  # not asked again for a while
+        assert not routing.calls.streams.supported("s2")  # not asked again for a while
         assert [(m["authorization"], m["cronoq-forwarded"]) for m in older.metadata] == [("Bearer alice", "1")] * 2
     finally:
         await routing.close()

@@ -147,8 +147,16 @@ class Outcome:
     http_status: int | None = None
 
 
-HTTP_CODES = {200: "OK", 400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED",
-              404: "NOT_FOUND", 409: "FAILED_PRECONDITION", 503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED"}  # fmt: skip
+HTTP_CODES = {
+    200: "OK",
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    409: "FAILED_PRECONDITION",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
 
 
 class NodeClient:
@@ -301,8 +309,9 @@ class AuthCluster:
 
     # ---------------------------------------------------------------- streams
 
-    def register(self, node: str, credential: Credential, pool: str, *, name: str = "matrix"
-                 ) -> tuple[threading.Event, Any]:  # fmt: skip
+    def register(
+        self, node: str, credential: Credential, pool: str, *, name: str = "matrix"
+    ) -> tuple[threading.Event, Any]:
         """A Work stream whose Register was answered with Registered; RpcError otherwise."""
         release = threading.Event()
         register = pb.Register(pool=pool, slots=1, worker_name=name, protocol_version=3)

@@ -124,8 +124,9 @@ async def workers(server: ServerProcess) -> AsyncIterator[Callable[..., Awaitabl
     """Start ``cronoq.client.Worker``s against the shared server; all stop after the test."""
     started: list[RunningWorker] = []
 
-    async def start(pool: str, handler: Handler, *, token: str = WORKER_TOKEN, wait: bool = True,
-                    **kw: Any) -> RunningWorker:  # fmt: skip
+    async def start(
+        pool: str, handler: Handler, *, token: str = WORKER_TOKEN, wait: bool = True, **kw: Any
+    ) -> RunningWorker:
         kw.setdefault("backoff", (0.05, 0.2))
         running = RunningWorker(Worker(server.address, pool, handler, token=token, **kw))
         started.append(running)

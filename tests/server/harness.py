@@ -1,15 +1,15 @@
 """Real ``cronoq-server`` processes for the server tests.
 
-``ServerProcess`` writes a configuration (``{port}`` in it is replaced by a random port), starts
-``python -m cronoq.server.main`` and waits for the line the server prints once it listens. A
-process that exits with "Address already in use" is started again on another port.
+``ServerProcess`` writes a configuration, starts ``python -m cronoq.server.main`` and waits for
+the line the server prints once it listens. ``{port}``, ``{http_port}`` and ``{metrics_port}`` in
+the configuration become port 0, so the OS picks free ports as the server binds (parallel runs
+cannot collide), and the ports are read back from that line (``grpc=... http=... metrics=...``).
 """
 
 from __future__ import annotations
 
 import os
 import queue
-import random
 import signal
 import subprocess
 import sys
@@ -63,13 +63,26 @@ tenant = "a"
 """
 
 
-def _random_port() -> int:
-    return random.randint(20000, 59999)
+def bound_ports(line: str) -> dict[str, int]:
+    """The ports of ``grpc=host:port http=... metrics=...`` in a server's listening line."""
+    ports: dict[str, int] = {}
+    for word in line.split():
+        name, _, address = word.partition("=")
+        if name in ("grpc", "http", "metrics") and ":" in address:
+            ports[name] = int(address.rsplit(":", 1)[1])
+    return ports
 
 
 class ServerProcess:
-    def __init__(self, directory: Path, config: str | None, *, name: str = "server", args: tuple[str, ...] = (),
-                 env: dict[str, str] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        directory: Path,
+        config: str | None,
+        *,
+        name: str = "server",
+        args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.directory = directory
         self.config_template = config
         self.name = name
@@ -79,34 +92,37 @@ class ServerProcess:
         self.lines: queue.Queue[str | None] = queue.Queue()
         self.seen: list[str] = []
         self.port = 0
+        self.http_port = 0
+        self.metrics_port = 0
         self.stderr_path = directory / f"{name}.stderr"
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self, expect: str = "listening", timeout: float = 30.0, attempts: int = 6) -> ServerProcess:
-        for _ in range(attempts):
-            self.port = _random_port()
-            self._spawn()
-            try:
-                self.wait_for(expect, timeout)
-                self.seen.clear()  # later waits look for lines printed after the start
-                return self
-            except RuntimeError:
-                if self.proc is not None and self.proc.poll() is not None and "Address already in use" in self.stderr():
-                    continue
-                raise
-        raise RuntimeError(f"{self.name}: no free port found")
+    def start(self, expect: str = "listening", timeout: float = 30.0) -> ServerProcess:
+        self.port = 0
+        self._spawn()
+        self.learn_ports(self.wait_for(expect, timeout))
+        self.seen.clear()  # later waits look for lines printed after the start
+        return self
+
+    def learn_ports(self, line: str) -> None:
+        """Take the ports the server reports in its listening (or standby) ``line``."""
+        ports = bound_ports(line)
+        self.port = ports.get("grpc", self.port)
+        self.http_port = ports.get("http", self.http_port)
+        self.metrics_port = ports.get("metrics", self.metrics_port)
 
     def _spawn(self) -> None:
         cmd = [sys.executable, "-m", "cronoq.server.main", *self.args]
         if self.config_template is not None:
             path = self.directory / f"{self.name}.toml"
             text = self.config_template.replace("{port}", str(self.port))
+            text = text.replace("{http_port}", "0").replace("{metrics_port}", "0")
             if "http_addr" not in text and "[server]" in text:
                 # The HTTP gateway needs a port of its own (the default 7071 would collide).
-                text = text.replace("[server]", f'[server]\nhttp_addr = "127.0.0.1:{_random_port()}"', 1)
+                text = text.replace("[server]", '[server]\nhttp_addr = "127.0.0.1:0"', 1)
             path.write_text(text)
             cmd += ["--config", str(path)]
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
@@ -181,8 +197,14 @@ class ServerProcess:
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, **(env or {})}
     full_env.pop("CRONOQ_CONFIG", None)
-    return subprocess.run([sys.executable, "-m", "cronoq.server.main", *args], capture_output=True, text=True,
-                          cwd=ROOT, env=full_env, timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "cronoq.server.main", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=full_env,
+        timeout=timeout,
+    )
 
 
 class ChildWorker:
@@ -191,8 +213,13 @@ class ChildWorker:
 
     def __init__(self, target: str, pool: str, token: str) -> None:
         script = Path(__file__).with_name("worker_child.py")
-        self.proc = subprocess.Popen([sys.executable, str(script), target, pool, token], stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True, cwd=ROOT)  # fmt: skip
+        self.proc = subprocess.Popen(
+            [sys.executable, str(script), target, pool, token],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=ROOT,
+        )
         self.lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=ServerProcess._pump, args=(self.proc, self.lines), daemon=True).start()
 

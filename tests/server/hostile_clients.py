@@ -46,8 +46,9 @@ def header_block(headers: list[tuple[str, str]]) -> bytes:
     return hpack.Encoder().encode(headers)
 
 
-def connect(port: int, *, tls: bool = False, alpn: str = "h2", host: str = "127.0.0.1",
-            timeout: float = 10.0) -> socket.socket:  # fmt: skip
+def connect(
+    port: int, *, tls: bool = False, alpn: str = "h2", host: str = "127.0.0.1", timeout: float = 10.0
+) -> socket.socket:
     sock = socket.create_connection((host, port), timeout=timeout)
     if not tls:
         return sock
@@ -134,8 +135,14 @@ def http_headers(path: str, authority: str, token: str | None = None) -> list[tu
 
 
 def grpc_headers(method: str, authority: str) -> list[tuple[str, str]]:
-    return [(":method", "POST"), (":scheme", "http"), (":path", method), (":authority", authority),
-            ("content-type", "application/grpc"), ("te", "trailers")]  # fmt: skip
+    return [
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":path", method),
+        (":authority", authority),
+        ("content-type", "application/grpc"),
+        ("te", "trailers"),
+    ]
 
 
 # ===================================================================================== rapid reset
@@ -153,19 +160,24 @@ class ResetFlood:
     seconds: float = 0.0
 
     def as_json(self) -> dict[str, object]:
-        return {"resets_sent": self.resets_sent, "connections": self.connections,
-                "refused_connections": self.refused_connections,
-                "goaways": {str(code): count for code, count in self.goaways.items()},
-                "seconds": round(self.seconds, 3)}  # fmt: skip
+        return {
+            "resets_sent": self.resets_sent,
+            "connections": self.connections,
+            "refused_connections": self.refused_connections,
+            "goaways": {str(code): count for code, count in self.goaways.items()},
+            "seconds": round(self.seconds, 3),
+        }
 
 
-def rapid_reset(port: int, seconds: float, *, grpc: bool = False, tls: bool = False, batch: int = 100,
-                path: str = "/v1/snapshot") -> ResetFlood:  # fmt: skip
+def rapid_reset(
+    port: int, seconds: float, *, grpc: bool = False, tls: bool = False, batch: int = 100, path: str = "/v1/snapshot"
+) -> ResetFlood:
     """Open streams and reset them at once, ``batch`` pairs per write, as fast as the server takes
     them, for ``seconds``; reconnect whenever the server hangs up."""
     authority = f"127.0.0.1:{port}"
-    block = header_block(grpc_headers("/cronoq.v1.Admin/Snapshot", authority) if grpc
-                         else http_headers(path, authority))  # fmt: skip
+    block = header_block(
+        grpc_headers("/cronoq.v1.Admin/Snapshot", authority) if grpc else http_headers(path, authority)
+    )
     flags = END_HEADERS if grpc else END_HEADERS | END_STREAM
     reset = struct.pack(">I", CANCEL)
     outcome = ResetFlood()

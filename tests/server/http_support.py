@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,8 +49,9 @@ max = 2
 """
 
 
-def config_text(*, server: str = "", limits: str = "", auth: bool = True, pools: str = POOLS_TOML,
-                max_wait_s: float = 5) -> str:  # fmt: skip
+def config_text(
+    *, server: str = "", limits: str = "", auth: bool = True, pools: str = POOLS_TOML, max_wait_s: float = 5
+) -> str:
     """A configuration with both listeners on port 0. ``server``/``limits`` add keys to those
     sections; ``auth=False`` leaves authentication off."""
     return f"""
@@ -162,27 +162,12 @@ name = "other"
 
 class HttpServerProcess(ServerProcess):
     """A ``cronoq-server`` process whose configuration may also name ``{http_port}`` and
-    ``{metrics_port}``: fresh random ports on every start attempt, like ``{port}`` for gRPC."""
-
-    http_port = 0
-    metrics_port = 0
+    ``{metrics_port}``: port 0 like ``{port}`` for gRPC, the bound ports read back from the
+    server's listening line (``ServerProcess``)."""
 
     @property
     def http_url(self) -> str:
         return f"http://127.0.0.1:{self.http_port}"
-
-    def _spawn(self) -> None:
-        self.http_port = random.randint(20000, 59999)
-        self.metrics_port = random.randint(20000, 59999)
-        template = self.config_template
-        if template is not None:
-            self.config_template = template.replace("{http_port}", str(self.http_port)).replace(
-                "{metrics_port}", str(self.metrics_port)
-            )
-        try:
-            super()._spawn()
-        finally:
-            self.config_template = template
 
 
 async def until_forgotten(client: Client, key: str, timeout: float = 15.0) -> None:

@@ -1,5 +1,6 @@
 """``cronoq-server --grpc-addr / --http-addr / --metrics-addr``: they replace the configuration's
-``[server]`` addresses and go through the same validation as the file's values."""
+``[server]`` addresses and go through the same validation as the file's values; the listening line
+reports the addresses bound (port 0: the OS's choice)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,8 @@ from pathlib import Path
 import pytest
 
 from cronoq.client import Client
-from tests.server.harness import CLIENT_TOKEN, ROOT, run_cli
+from tests.server.harness import CLIENT_TOKEN, ROOT, bound_ports, run_cli
 
-START_ATTEMPTS = 5
 CLIENT_TOKEN_TOML = f'[[auth.tokens]]\ntoken = "{CLIENT_TOKEN}"\nrole = "client"\n'
 
 
@@ -27,12 +27,6 @@ def _held_listener() -> socket.socket:
     sock.bind(("127.0.0.1", 0))
     sock.listen()
     return sock
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 async def _http_status(port: int, path: str) -> int:
@@ -68,14 +62,16 @@ def _start_server(config: Path, *flags: str, log: Path) -> subprocess.Popen[byte
         )
 
 
-def _wait_for_line(proc: subprocess.Popen[bytes], log: Path, text: str, timeout: float = 60.0) -> bool:
-    """True once ``text`` is in the log; False if the process exits first."""
+def _wait_for_line(proc: subprocess.Popen[bytes], log: Path, text: str, timeout: float = 60.0) -> str:
+    """The first line of the log containing ``text``; AssertionError if the process exits first."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if text in log.read_text(errors="replace"):
-            return True
-        if proc.poll() is not None:
-            return text in log.read_text(errors="replace")
+        exited = proc.poll() is not None
+        for line in log.read_text(errors="replace").splitlines():
+            if text in line:
+                return line
+        if exited:
+            break
         time.sleep(0.1)
     raise AssertionError(f"no {text!r} within {timeout}s:\n{log.read_text(errors='replace')[-3000:]}")
 
@@ -88,23 +84,13 @@ def test_a_server_listens_where_the_flags_say(tmp_path: Path, held_ports: tuple[
         f"shutdown_grace_s = 1\n\n{CLIENT_TOKEN_TOML}"
     )
     log = tmp_path / "server.log"
-    for _ in range(START_ATTEMPTS):  # a free port may be taken by someone else before the server binds it
-        grpc_port, http_port, metrics_port = _free_port(), _free_port(), _free_port()
-        if len({grpc_port, http_port, metrics_port}) < 3:
-            continue
-        proc = _start_server(
-            config,
-            "--grpc-addr", f"127.0.0.1:{grpc_port}",
-            "--http-addr", f"127.0.0.1:{http_port}",
-            "--metrics-addr", f"127.0.0.1:{metrics_port}",
-            log=log,
-        )  # fmt: skip
-        if _wait_for_line(proc, log, f"cronoq-server listening grpc=127.0.0.1:{grpc_port}"):
-            break
-        assert "Address already in use" in log.read_text(errors="replace"), log.read_text(errors="replace")
-    else:
-        raise AssertionError(f"no free ports in {START_ATTEMPTS} attempts")
+    # Port 0 everywhere: had the server kept a file address, it could not have bound the held port.
+    flags = ("--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0")
+    proc = _start_server(config, *flags, log=log)
     try:
+        ports = bound_ports(_wait_for_line(proc, log, "cronoq-server listening"))
+        grpc_port, http_port, metrics_port = ports["grpc"], ports["http"], ports["metrics"]
+        assert len({grpc_port, http_port, metrics_port, file_grpc, file_http}) == 5, ports
 
         async def exercise() -> None:
             async with Client(f"127.0.0.1:{grpc_port}", token=CLIENT_TOKEN) as client:

@@ -60,8 +60,10 @@ async def test_roles_gate_services(server: ServerProcess) -> None:
 
 
 async def test_a_pool_scoped_token_sees_only_its_pools(server: ServerProcess) -> None:
-    async with Client(server.address, token=CLIENT_TOKEN) as full, \
-            Client(server.address, token=SCOPED_CLIENT_TOKEN) as scoped:  # fmt: skip
+    async with (
+        Client(server.address, token=CLIENT_TOKEN) as full,
+        Client(server.address, token=SCOPED_CLIENT_TOKEN) as scoped,
+    ):
         elsewhere = await full.submit(b"", pool="default", key="scope-default", start_in=3600)
         mine = await scoped.submit(b"", pool="other", key="scope-mine")
 
@@ -102,8 +104,10 @@ async def test_scoped_metrics_token_lists_only_its_pools(server: ServerProcess, 
 
     await workers("default", idle, name="scope-default-worker")
     await workers("other", idle, name="scope-other-worker")
-    async with Client(server.address, token=SCOPED_METRICS_TOKEN) as scoped, \
-            Client(server.address, token=ADMIN_TOKEN) as admin:  # fmt: skip
+    async with (
+        Client(server.address, token=SCOPED_METRICS_TOKEN) as scoped,
+        Client(server.address, token=ADMIN_TOKEN) as admin,
+    ):
         names = {w.name for w in await scoped.list_workers()}
         assert "scope-other-worker" in names and "scope-default-worker" not in names
         assert {p.name for p in (await scoped.snapshot()).pools} == {"other"}
@@ -131,8 +135,7 @@ async def test_worker_labels_must_be_allowed(server: ServerProcess, workers) -> 
     async def ok(lease: Lease) -> bytes:
         return b"gpu"
 
-    refused = Worker(server.address, "labeled", ok, token=LABELED_WORKER_TOKEN, labels={"gpu": "h100"},
-                     reconnect=False)  # fmt: skip
+    refused = Worker(server.address, "labeled", ok, token=LABELED_WORKER_TOKEN, labels={"gpu": "h100"}, reconnect=False)
     assert await code_of(refused.run()) == "permission_denied"
     await workers("labeled", ok, token=LABELED_WORKER_TOKEN, labels={"gpu": "a100"})
     async with Client(server.address, token=CLIENT_TOKEN) as client:

@@ -50,8 +50,9 @@ BAD_SPECS = [
 
 
 @pytest.mark.parametrize(("what", "message", "code", "text"), BAD_SPECS, ids=[case[0] for case in BAD_SPECS])
-async def test_malformed_specs_are_refused(client: Client, what: str, message: pb.TaskSpec, code: str,
-                                           text: str) -> None:  # fmt: skip
+async def test_malformed_specs_are_refused(
+    client: Client, what: str, message: pb.TaskSpec, code: str, text: str
+) -> None:
     with pytest.raises(ClientError) as err:
         await client.submit_batch([message])
     assert err.value.code == code, err.value.message

@@ -29,8 +29,9 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Cluster]:
-    options = ClusterOptions(shards=2, replicas=1, state=tmp_path_factory.mktemp("web-cluster"), base_port=0,
-                             grpc_web=True)  # fmt: skip
+    options = ClusterOptions(
+        shards=2, replicas=1, state=tmp_path_factory.mktemp("web-cluster"), base_port=0, grpc_web=True
+    )
     running = Cluster(options, say=lambda text: None)
     await running.start()
     try:
@@ -46,16 +47,22 @@ async def _handle(lease: Lease) -> bytes:
 async def test_connect_es_client_over_both_shards(cluster: Cluster) -> None:
     project = node_project()
     s1, s2 = cluster.shard("s1"), cluster.shard("s2")
-    workers = [Worker(s.plan.endpoint, pool, _handle, token=cluster.token("worker"), grace=0.5)
-               for s, pool in ((s1, "default"), (s2, "pool2"))]  # fmt: skip
+    workers = [
+        Worker(s.plan.endpoint, pool, _handle, token=cluster.token("worker"), grace=0.5)
+        for s, pool in ((s1, "default"), (s2, "pool2"))
+    ]
     runs = [asyncio.ensure_future(worker.run()) for worker in workers]
     try:
         await asyncio.gather(*(worker.wait_registered(30) for worker in workers))
-        scenario = {"url": f"http://127.0.0.1:{s1.plan.grpc_port}", "token": cluster.token("admin"),
-                    "pools": ["default", "pool2"]}  # fmt: skip
+        scenario = {
+            "url": f"http://127.0.0.1:{s1.plan.grpc_port}",
+            "token": cluster.token("admin"),
+            "pools": ["default", "pool2"],
+        }
         command = [shutil.which("node") or "node", "client.mjs", json.dumps(scenario)]
-        done = await asyncio.to_thread(subprocess.run, command, cwd=project, capture_output=True, text=True,
-                                       timeout=120)  # fmt: skip
+        done = await asyncio.to_thread(
+            subprocess.run, command, cwd=project, capture_output=True, text=True, timeout=120
+        )
     finally:
         await asyncio.gather(*(worker.stop() for worker in workers), return_exceptions=True)
         await asyncio.gather(*runs, return_exceptions=True)
@@ -83,8 +90,11 @@ async def test_cors_and_refusals(cluster: Cluster) -> None:
     allowed = f"http://127.0.0.1:{s1.plan.http_port}"
     auth = {"authorization": f"Bearer {cluster.token('metrics')}"}
     async with aiohttp.ClientSession() as http:
-        preflight = {"Origin": allowed, "Access-Control-Request-Method": "POST",
-                     "Access-Control-Request-Headers": "authorization,content-type,x-grpc-web"}  # fmt: skip
+        preflight = {
+            "Origin": allowed,
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization,content-type,x-grpc-web",
+        }
         async with http.options(base + "/cronoq.v1.Admin/Snapshot", headers=preflight) as answer:
             assert answer.status == 204
             assert answer.headers["Access-Control-Allow-Origin"] == allowed
@@ -106,7 +116,9 @@ async def test_cors_and_refusals(cluster: Cluster) -> None:
             )
         flag, length = struct.unpack_from("!BI", data)
         assert flag == 0 and {p.name for p in pb.SnapshotResponse.FromString(data[5 : 5 + length]).pools} == {
-            "default", "pool2"}  # fmt: skip
+            "default",
+            "pool2",
+        }
         assert data[5 + length] == 0x80 and b"grpc-status:0" in data[5 + length :]
 
         async def status(path: str, content_type: str, payload: bytes, token: str = "metrics") -> tuple[str, str]:

@@ -36,8 +36,10 @@ PATIENCE_S = 30.0
 ORIGIN = "https://console.example"
 WEB = f'\n[server.grpc_web]\nallowed_origins = ["{ORIGIN}"]\n'
 
-BOUNDED = process_config("header_timeout_s = 1\nidle_timeout_s = 2\nmax_header_bytes = 4096\nmax_headers = 20\n"
-                         "max_stream_resets_per_s = 50", extra=WEB)  # fmt: skip
+BOUNDED = process_config(
+    "header_timeout_s = 1\nidle_timeout_s = 2\nmax_header_bytes = 4096\nmax_headers = 20\nmax_stream_resets_per_s = 50",
+    extra=WEB,
+)
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +53,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServerProce
 
 def web_post(extra: bytes = b"") -> bytes:
     """A gRPC-Web request with a wrong content type: answered 415 at once, keeping the connection."""
-    return (b"POST /cronoq.v1.Admin/Snapshot HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\n"
-            b"Content-Length: 0\r\n" + extra + b"\r\n")  # fmt: skip
+    return (
+        b"POST /cronoq.v1.Admin/Snapshot HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\n"
+        b"Content-Length: 0\r\n" + extra + b"\r\n"
+    )
 
 
 def test_a_slow_request_head_is_answered_408_and_closed(server: HttpServerProcess) -> None:

@@ -122,6 +122,20 @@ def test_an_http2_connection_without_requests_is_closed(server: HttpServerProces
         client.close()
 
 
+def test_a_slow_head_after_an_answered_request_is_answered_408(server: HttpServerProcess) -> None:
+    # The head timer of a keep-alive connection outlives the first request; it must still bound
+    # the second request's head from that head's own first byte.
+    with connect(server.http_port) as sock:
+        sock.sendall(http_request("/healthz"))
+        sock.settimeout(PATIENCE_S)
+        first = sock.recv(65536)
+        assert first.startswith(b"HTTP/1.1 200 "), first
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+        answer = read_answer(sock)
+    assert answer.startswith(b"HTTP/1.1 408 "), answer
+    assert b'"code":"request_timeout"' in answer
+
+
 def test_an_idle_keep_alive_connection_is_closed(server: HttpServerProcess) -> None:
     with connect(server.http_port) as sock:
         sock.sendall(http_request("/healthz"))

@@ -55,8 +55,9 @@ def log_since(server: HttpServerProcess, offset: int) -> list[str]:
     return [line for line in server.stderr()[offset:].splitlines() if BAD_LOG_LINE.search(line)]
 
 
-def _call(channel: grpc.Channel, method: str, client_streaming: bool, server_streaming: bool,
-          data: bytes) -> grpc.RpcError | None:  # fmt: skip
+def _call(
+    channel: grpc.Channel, method: str, client_streaming: bool, server_streaming: bool, data: bytes
+) -> grpc.RpcError | None:
     identity = {"request_serializer": lambda raw: raw, "response_deserializer": lambda raw: raw}
     metadata = (("authorization", f"Bearer {ADMIN_TOKEN}"),)
     try:
@@ -89,11 +90,15 @@ def test_garbage_on_every_grpc_method_is_invalid_argument(
 
 def test_garbage_from_an_unknown_caller_is_unauthenticated_first(server: HttpServerProcess) -> None:
     with grpc.insecure_channel(server.address) as channel:
-        call = channel.unary_unary("/cronoq.v1.Tasks/Submit", request_serializer=lambda raw: raw,
-                                   response_deserializer=lambda raw: raw)  # fmt: skip
+        call = channel.unary_unary(
+            "/cronoq.v1.Tasks/Submit", request_serializer=lambda raw: raw, response_deserializer=lambda raw: raw
+        )
         with pytest.raises(grpc.RpcError) as caught:
-            call(GARBAGE["invalid wire type"], metadata=(("authorization", "Bearer nobody-0123456789abcdef"),),
-                 timeout=PATIENCE_S)  # fmt: skip
+            call(
+                GARBAGE["invalid wire type"],
+                metadata=(("authorization", "Bearer nobody-0123456789abcdef"),),
+                timeout=PATIENCE_S,
+            )
         assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
 
 
@@ -111,14 +116,19 @@ MALFORMED_BODIES = {
 
 @pytest.mark.parametrize("route", ["/v1/tasks", "/v1/tasks:batch"])
 @pytest.mark.parametrize("case", sorted(MALFORMED_BODIES))
-def test_a_malformed_body_on_every_route_is_400_naming_the_problem(server: HttpServerProcess, route: str,
-                                                                     case: str) -> None:  # fmt: skip
+def test_a_malformed_body_on_every_route_is_400_naming_the_problem(
+    server: HttpServerProcess, route: str, case: str
+) -> None:
     body, expected = MALFORMED_BODIES[case]
     if route.endswith(":batch") and case not in ("truncated", "not UTF-8", "NaN", "nested too deeply"):
         body = b'{"tasks": [' + body + b"]}"  # the task objects inside a batch are read the same way
     offset = len(server.stderr())
-    request = urllib.request.Request(f"{server.http_url}{route}", data=body, method="POST", headers={
-        "authorization": f"Bearer {CLIENT_TOKEN}", "content-type": "application/json"})  # fmt: skip
+    request = urllib.request.Request(
+        f"{server.http_url}{route}",
+        data=body,
+        method="POST",
+        headers={"authorization": f"Bearer {CLIENT_TOKEN}", "content-type": "application/json"},
+    )
     with pytest.raises(urllib.error.HTTPError) as caught:
         urllib.request.urlopen(request, timeout=PATIENCE_S)
     answer = json.loads(caught.value.read())

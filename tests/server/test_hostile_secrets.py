@@ -52,8 +52,15 @@ from tests.server.test_tls import make_certificates
 PATIENCE_S = 30.0
 DSN_PASSWORD = "pg-Pass-9f3c2a77e1d04b6b"
 WEBHOOK_TOKEN = "webhook-token-5d1e8c0b9a7f4e21"
-TOKENS = [CLIENT_TOKEN, WORKER_TOKEN, METRICS_TOKEN, ADMIN_TOKEN, SCOPED_CLIENT_TOKEN, SCOPED_METRICS_TOKEN,
-          TENANT_TOKEN]  # fmt: skip
+TOKENS = [
+    CLIENT_TOKEN,
+    WORKER_TOKEN,
+    METRICS_TOKEN,
+    ADMIN_TOKEN,
+    SCOPED_CLIENT_TOKEN,
+    SCOPED_METRICS_TOKEN,
+    TENANT_TOKEN,
+]
 
 
 def with_password(dsn: str) -> str:
@@ -105,27 +112,37 @@ def read_one_answer(sock: socket.socket) -> bytes:
 def hostile_http1_heads(token: str) -> list[bytes]:
     start = b"GET /v1/snapshot HTTP/1.1\r\nHost: 127.0.0.1\r\n"
     value = b"Bearer " + token.encode()
-    return [start + line + b"\r\n\r\n" for line in (
-        b"Authorization: " + value + b"\x01",
-        b"Authorization: " + value + b"\x00x",
-        b"Authorization: Bearer\r\n " + token.encode(),
-        b"Authorization : " + value,
-        b"Authorization: " + value + b"\xff\xfe",
-        b"Authorization: Bearer \xe9" + token.encode(),
-        b"Authorization: " + value + b"\x7f",
-        b"Authorization: Basic " + base64.b64encode(token.encode()),
-        b"Authorization: " + value + b"\r\nAuthorization: " + value,
-        b"Authorization: " + value + b"\r\nX-Pad: " + b"p" * 20000,
-        b"Authorization: " + value * 300,
-        b"Authorization\x00: " + value,
-    )]  # fmt: skip
+    return [
+        start + line + b"\r\n\r\n"
+        for line in (
+            b"Authorization: " + value + b"\x01",
+            b"Authorization: " + value + b"\x00x",
+            b"Authorization: Bearer\r\n " + token.encode(),
+            b"Authorization : " + value,
+            b"Authorization: " + value + b"\xff\xfe",
+            b"Authorization: Bearer \xe9" + token.encode(),
+            b"Authorization: " + value + b"\x7f",
+            b"Authorization: Basic " + base64.b64encode(token.encode()),
+            b"Authorization: " + value + b"\r\nAuthorization: " + value,
+            b"Authorization: " + value + b"\r\nX-Pad: " + b"p" * 20000,
+            b"Authorization: " + value * 300,
+            b"Authorization\x00: " + value,
+        )
+    ]
 
 
 def hostile_http2(port: int, token: str, *, grpc_port: bool = False) -> list[bytes]:
     """Requests over TLS with ALPN h2 carrying bad authorization values (to the gateway, or as
     gRPC calls to the gRPC listener): every frame that came back."""
-    values = [f"Bearer {token}\x01", f"Bearer {token}\x00", f" Bearer {token}", f"Bearer {token}\r\nx: y",
-              f"Bearer {token}\udcff", f"Bearer {token}\t", f"Bearer {token}" * 200]  # fmt: skip
+    values = [
+        f"Bearer {token}\x01",
+        f"Bearer {token}\x00",
+        f" Bearer {token}",
+        f"Bearer {token}\r\nx: y",
+        f"Bearer {token}\udcff",
+        f"Bearer {token}\t",
+        f"Bearer {token}" * 200,
+    ]
     authority = f"127.0.0.1:{port}"
     base = (
         grpc_headers("/cronoq.v1.Admin/Snapshot", authority) if grpc_port else http_headers("/v1/snapshot", authority)
@@ -154,17 +171,24 @@ async def hostile_grpc(address: str, root: bytes, token: str) -> list[str]:
     credentials = grpc.ssl_channel_credentials(root_certificates=root)
     values: list[tuple[str, str | bytes]] = [
         ("authorization", value)
-        for value in (f"Bearer {token}x", f"Bearer {token}" * 400, f"Basic {token}", f"bearer  {token} extra", token,
-                      f"bearer {token.upper()}")
-    ]  # fmt: skip
+        for value in (
+            f"Bearer {token}x",
+            f"Bearer {token}" * 400,
+            f"Basic {token}",
+            f"bearer  {token} extra",
+            token,
+            f"bearer {token.upper()}",
+        )
+    ]
     values += [("authorization-bin", token.encode() + b"\x00"), ("authorization-bin", b"\xff" + token.encode())]
     details: list[str] = []
     async with grpc.aio.secure_channel(address, credentials) as channel:
         stub = pbg.TasksStub(channel)
         for key, value in values:
             try:
-                await stub.Submit(pb.SubmitRequest(task=pb.TaskSpec(payload=b"x")), metadata=((key, value),),
-                                  timeout=PATIENCE_S)  # fmt: skip
+                await stub.Submit(
+                    pb.SubmitRequest(task=pb.TaskSpec(payload=b"x")), metadata=((key, value),), timeout=PATIENCE_S
+                )
             except grpc.aio.AioRpcError as error:
                 details.append(error.details() or "")
             except Exception:  # the client itself refused to send it: nothing reached the server
@@ -172,8 +196,9 @@ async def hostile_grpc(address: str, root: bytes, token: str) -> list[str]:
     return details
 
 
-async def test_no_secret_reaches_a_log_line_an_answer_or_a_metric(tmp_path: Path, postgres_dsn: str,
-                                                                  pg_schema: str) -> None:  # fmt: skip
+async def test_no_secret_reaches_a_log_line_an_answer_or_a_metric(
+    tmp_path: Path, postgres_dsn: str, pg_schema: str
+) -> None:
     make_certificates(tmp_path)
     closed = socket.socket()
     closed.bind(("127.0.0.1", 0))
@@ -226,8 +251,12 @@ scaler = {{ kind = "webhook", url = "http://127.0.0.1:{hook_port}/scale", token_
         async with Client(server.address, token=CLIENT_TOKEN, credentials=credentials) as client:
             for _ in range(3):
                 await client.submit(b"x", pool="scaled")
-        metrics = raw_http1(server.http_port, b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "
-                            + METRICS_TOKEN.encode() + b"\r\nConnection: close\r\n\r\n")  # fmt: skip
+        metrics = raw_http1(
+            server.http_port,
+            b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "
+            + METRICS_TOKEN.encode()
+            + b"\r\nConnection: close\r\n\r\n",
+        )
         assert b"cronoq_" in metrics
         answers.append(metrics)
         await _logged(server, "scale request for pool scaled failed")

@@ -58,8 +58,9 @@ lease_ttl_s = 5
             await asyncio.wait_for(running, 10)
 
 
-async def test_a_silent_work_stream_ends_with_deadline_exceeded(app: tuple[ServerApp, str],
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+async def test_a_silent_work_stream_ends_with_deadline_exceeded(
+    app: tuple[ServerApp, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(work_stream, "REGISTER_TIMEOUT_S", 0.3)
     _, address = app
 
@@ -193,9 +194,16 @@ burst = 10
 def test_task_spec_conversion() -> None:
     limits = Config.default().limits
     now = 1_000 * NS_PER_S
-    message = pb.TaskSpec(payload=b"x", content_type="text/plain", deadline_in_s=2.5, start_unix_ns=5 * NS_PER_S,
-                          tolerance_s=0, on_miss=pb.MISS_POLICY_SKIP, priority=pb.PRIORITY_LOW,
-                          deps=[pb.Dep(target=pb.TaskRef(key="p"), cond=pb.EDGE_COND_ON_FAILURE)])  # fmt: skip
+    message = pb.TaskSpec(
+        payload=b"x",
+        content_type="text/plain",
+        deadline_in_s=2.5,
+        start_unix_ns=5 * NS_PER_S,
+        tolerance_s=0,
+        on_miss=pb.MISS_POLICY_SKIP,
+        priority=pb.PRIORITY_LOW,
+        deps=[pb.Dep(target=pb.TaskRef(key="p"), cond=pb.EDGE_COND_ON_FAILURE)],
+    )
     message.retry.CopyFrom(pb.RetryPolicy(max_attempts=0, initial_backoff_s=3, multiplier=0, max_backoff_s=0))
     spec = task_spec(message, now, limits)
     assert spec.pool is None and spec.kind == "default" and spec.key is None and spec.tenant is None

@@ -45,8 +45,11 @@ def config(limits: str = "", pools: str = "") -> str:
 
 
 @contextlib.asynccontextmanager
-async def server_process(directory: Path, text: str, env: dict[str, str] | None = None,
-                         ) -> AsyncIterator[HttpServerProcess]:  # fmt: skip
+async def server_process(
+    directory: Path,
+    text: str,
+    env: dict[str, str] | None = None,
+) -> AsyncIterator[HttpServerProcess]:
     proc = HttpServerProcess(directory, text, name="limits", env=env)
     # Starting blocks on the child's output; a receiver in this event loop must keep running.
     await asyncio.to_thread(proc.start)
@@ -106,8 +109,9 @@ async def test_a_call_past_max_wait_plus_request_timeout_is_cancelled(tmp_path: 
         assert await grpc_code(batch) == grpc.StatusCode.CANCELLED
 
         async with aiohttp.ClientSession() as http:
-            status, body = await http_json(http, "POST", f"{server.http_url}/v1/tasks",
-                                           json={"pool": "full", "wait": True})  # fmt: skip
+            status, body = await http_json(
+                http, "POST", f"{server.http_url}/v1/tasks", json={"pool": "full", "wait": True}
+            )
             assert (status, body["code"]) == (504, "gateway_timeout"), body
             # The server still answers normally afterwards.
             status, body = await http_json(http, "GET", f"{server.http_url}/v1/tasks?pool=full")
@@ -196,8 +200,10 @@ async def test_calls_beyond_max_concurrent_requests_are_refused(tmp_path: Path) 
         assert await probe() is None
 
 
-async def hold_all_then_probe(holds: list[Callable[[], Awaitable[Any]]], probe: Callable[[], Awaitable[Any]],
-                              ) -> tuple[list[asyncio.Future[Any]], Any]:  # fmt: skip
+async def hold_all_then_probe(
+    holds: list[Callable[[], Awaitable[Any]]],
+    probe: Callable[[], Awaitable[Any]],
+) -> tuple[list[asyncio.Future[Any]], Any]:
     """Start requests that stay in flight, then ``probe`` until it is refused: ``(the held
     requests, the probe's refusal)``. A held request that ends (a probe took its slot for a
     moment) starts the round again."""
@@ -218,8 +224,9 @@ def _grpc_refusal(answer: Any) -> bool:
     return isinstance(answer, grpc.aio.AioRpcError) and answer.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
-async def hold_then_probe(hold: Callable[[], Awaitable[Any]], probe: Callable[[], Awaitable[Any]],
-                          refused: Callable[[Any], bool]) -> tuple[asyncio.Future[Any], Any]:  # fmt: skip
+async def hold_then_probe(
+    hold: Callable[[], Awaitable[Any]], probe: Callable[[], Awaitable[Any]], refused: Callable[[Any], bool]
+) -> tuple[asyncio.Future[Any], Any]:
     """Start a request that stays in flight (``hold``), then ``probe`` until the probe is refused:
     ``(the held request, the probe's refusal)``.
 
@@ -305,8 +312,10 @@ async def test_the_webhook_scaler_posts_desired_workers_as_the_queue_grows(tmp_p
     receiver.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     try:
         url = f"http://127.0.0.1:{receiver.port}/scale"
-        pools = (f'[[pools]]\nname = "scaled"\nmin = 1\nmax = 6\ndefault_duration_s = 30\n'
-                 f'scaler = {{ kind = "webhook", url = "{url}", token_env = "SCALE_HOOK_TOKEN" }}\n')  # fmt: skip
+        pools = (
+            f'[[pools]]\nname = "scaled"\nmin = 1\nmax = 6\ndefault_duration_s = 30\n'
+            f'scaler = {{ kind = "webhook", url = "{url}", token_env = "SCALE_HOOK_TOKEN" }}\n'
+        )
         env = {"SCALE_HOOK_TOKEN": "hook-secret-0123456789"}
         async with server_process(tmp_path, config(pools=pools), env) as server, tasks_stub(server) as stub:
             assert receiver.posts == []  # nothing queued, nothing asked

@@ -104,14 +104,30 @@ async def test_a_task_whose_backoff_used_to_overflow_is_dead_lettered_and_the_sh
             aiohttp.ClientSession(server.http_url, headers={"authorization": f"Bearer {CLIENT_TOKEN}"}) as http,
         ):
             # gRPC: 1e308 ** 2 overflowed when the third attempt failed.
-            huge = {"max_attempts": 6, "initial_backoff": 0.001, "multiplier": 1e308, "max_backoff": 0.01,
-                    "jitter": False}  # fmt: skip
+            huge = {
+                "max_attempts": 6,
+                "initial_backoff": 0.001,
+                "multiplier": 1e308,
+                "max_backoff": 0.01,
+                "jitter": False,
+            }
             grpc_task = await client.submit(b"poison", retry=huge)
             # HTTP: the same through the gateway, with 1e200 (its square overflows too).
-            status, body = await request(http, "POST", "/v1/tasks", json={
-                "payload_b64": "cG9pc29u", "retry": {"max_attempts": 5, "initial_backoff_s": 0.001,
-                                                     "multiplier": 1e200, "max_backoff_s": 0.01, "jitter": False},
-            })  # fmt: skip
+            status, body = await request(
+                http,
+                "POST",
+                "/v1/tasks",
+                json={
+                    "payload_b64": "cG9pc29u",
+                    "retry": {
+                        "max_attempts": 5,
+                        "initial_backoff_s": 0.001,
+                        "multiplier": 1e200,
+                        "max_backoff_s": 0.01,
+                        "jitter": False,
+                    },
+                },
+            )
             assert status == 200, body
             http_task = int(body["id"])
 
@@ -185,8 +201,9 @@ async def test_http_refuses_numbers_out_of_range_with_400(server: HttpServerProc
         await ready(http)
         before = (await request(http, "GET", "/v1/tasks?pool=other"))[1]["tasks"]
         body = '{"pool": "other", ' + task + "}"  # literal JSON numbers (1e400 overflows to infinity)
-        status, answer = await request(http, "POST", "/v1/tasks", data=body,
-                                       headers={"content-type": "application/json"})  # fmt: skip
+        status, answer = await request(
+            http, "POST", "/v1/tasks", data=body, headers={"content-type": "application/json"}
+        )
         assert status == 400 and field in answer["error"], answer
         status, listed = await request(http, "GET", "/v1/tasks?pool=other")
         assert status == 200 and listed["tasks"] == before  # nothing admitted
@@ -198,21 +215,38 @@ async def test_a_server_restarted_on_a_store_with_bad_rows_leads_and_reports_the
     try:
         server.start()
         async with Client(server.address, token=CLIENT_TOKEN) as client:
-            ids = {key: (await client.submit(b"x", pool="other", key=key)).id
-                   for key in ("overflow", "nan", "healthy")}  # fmt: skip
+            ids = {key: (await client.submit(b"x", pool="other", key=key)).id for key in ("overflow", "nan", "healthy")}
     finally:
         server.stop()
     # Edit the rows behind the server's back: a running task whose next backoff used to overflow
     # (attempt 1025 of a doubling policy) and one whose policy is NaN, as a tampered row can hold.
-    overflow = {"status": "ready", "retry": {"max_attempts": 2000, "initial_backoff": 10**9, "multiplier": 2.0,
-                                             "max_backoff": 60 * 10**9, "jitter": False}}  # fmt: skip
-    nan = {"status": "ready", "retry": {"max_attempts": 5, "initial_backoff": 1, "multiplier": float("nan"),
-                                        "max_backoff": 5, "jitter": False}}  # fmt: skip
+    overflow = {
+        "status": "ready",
+        "retry": {
+            "max_attempts": 2000,
+            "initial_backoff": 10**9,
+            "multiplier": 2.0,
+            "max_backoff": 60 * 10**9,
+            "jitter": False,
+        },
+    }
+    nan = {
+        "status": "ready",
+        "retry": {
+            "max_attempts": 5,
+            "initial_backoff": 1,
+            "multiplier": float("nan"),
+            "max_backoff": 5,
+            "jitter": False,
+        },
+    }
     conn = sqlite3.connect(db, isolation_level=None)
     try:
         for key, spec, attempt, max_attempts in (("overflow", overflow, 1025, 2000), ("nan", nan, 1, 5)):
-            conn.execute("UPDATE cronoq_tasks SET status = 'running', attempt = ?, max_attempts = ?, spec = ?"
-                         " WHERE id = ?", (attempt, max_attempts, json.dumps(spec), R.to_db_id(ids[key])))  # fmt: skip
+            conn.execute(
+                "UPDATE cronoq_tasks SET status = 'running', attempt = ?, max_attempts = ?, spec = ? WHERE id = ?",
+                (attempt, max_attempts, json.dumps(spec), R.to_db_id(ids[key])),
+            )
     finally:
         conn.close()
 

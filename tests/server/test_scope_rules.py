@@ -53,8 +53,13 @@ def _snapshot(cluster: AuthCluster, node: str, credential: Credential) -> pb.Sna
 
 def _figures(snapshot: pb.SnapshotResponse) -> dict[str, int]:
     totals = snapshot.totals
-    return {"submitted": totals.submitted, "cancelled": totals.cancelled, "live": snapshot.live_tasks,
-            "pending": snapshot.pending, "workers": snapshot.workers_connected}  # fmt: skip
+    return {
+        "submitted": totals.submitted,
+        "cancelled": totals.cancelled,
+        "live": snapshot.live_tasks,
+        "pending": snapshot.pending,
+        "workers": snapshot.workers_connected,
+    }
 
 
 def _metric(text: str, name: str) -> float:
@@ -98,8 +103,13 @@ def test_a_scoped_reader_sees_totals_of_its_own_pools_only(cluster: AuthCluster)
     cluster.cancel(cluster.submit("alpha", cluster.unique("mine")))
     for node in ("s1", "s2"):
         now = _figures(_snapshot(cluster, node, SCOPED_METRICS))
-        assert now == {**before[0], "submitted": before[0]["submitted"] + 2, "cancelled": before[0]["cancelled"] + 1,
-                       "live": before[0]["live"] + 1, "pending": before[0]["pending"] + 1}  # fmt: skip
+        assert now == {
+            **before[0],
+            "submitted": before[0]["submitted"] + 2,
+            "cancelled": before[0]["cancelled"] + 1,
+            "live": before[0]["live"] + 1,
+            "pending": before[0]["pending"] + 1,
+        }
     scraped = _scraped(cluster)
     assert scraped["cronoq_tasks_submitted_total"] == before[3]["cronoq_tasks_submitted_total"] + 2
     assert scraped["cronoq_live_tasks"] == before[3]["cronoq_live_tasks"] + 1
@@ -145,8 +155,9 @@ def test_a_scoped_admin_cannot_share_the_key_of_another_pools_schedule(cluster: 
     victim = cluster.unique("victim")
     cluster.add_schedule(victim, "default", key="shared-prefix")
     for node in ("s1", "s2"):
-        intruder = pb.RecurringRequest(name=cluster.unique("intruder"), cron=YEARLY,
-                                       template=pb.TaskSpec(pool="alpha", key="shared-prefix"))  # fmt: skip
+        intruder = pb.RecurringRequest(
+            name=cluster.unique("intruder"), cron=YEARLY, template=pb.TaskSpec(pool="alpha", key="shared-prefix")
+        )
         outcome = cluster.clients[node].call(SCOPED_ADMIN, "admin", "AddRecurring", intruder)
         assert outcome.code == "FAILED_PRECONDITION" and "'default'" not in outcome.details, outcome
         assert intruder.name not in cluster.schedules()
@@ -163,8 +174,9 @@ def test_a_scoped_admin_cannot_share_the_key_of_another_pools_schedule(cluster: 
 def test_a_schedule_key_leaves_room_for_the_run_suffix(cluster: AuthCluster) -> None:
     """Run keys are ``<key>@<start>``: a template key is refused unless those fit max_key_len."""
     longest = MAX_KEY_LEN - RUN_KEY_SUFFIX_LEN
-    too_long = pb.RecurringRequest(name=cluster.unique("long"), cron=YEARLY,
-                                   template=pb.TaskSpec(pool="alpha", key="k" * (longest + 1)))  # fmt: skip
+    too_long = pb.RecurringRequest(
+        name=cluster.unique("long"), cron=YEARLY, template=pb.TaskSpec(pool="alpha", key="k" * (longest + 1))
+    )
     outcome = cluster.clients["s2"].call(ADMIN, "admin", "AddRecurring", too_long)
     assert outcome.code == "INVALID_ARGUMENT" and outcome.details.startswith("template.key"), outcome
     assert f"at most {longest}" in outcome.details and too_long.name not in cluster.schedules()

@@ -30,8 +30,9 @@ def bearer(token: str) -> tuple[tuple[str, str], ...]:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    proc = HttpServerProcess(tmp_path_factory.mktemp("streams"), process_config(f"max_streams_per_caller = {LIMIT}"),
-                             name="streams").start()  # fmt: skip
+    proc = HttpServerProcess(
+        tmp_path_factory.mktemp("streams"), process_config(f"max_streams_per_caller = {LIMIT}"), name="streams"
+    ).start()
     try:
         yield proc
     finally:
@@ -74,8 +75,11 @@ async def test_a_credential_holds_at_most_max_streams_per_caller_watches(server:
         tasks = pbg.TasksStub(chan)
         for _ in range(100):  # the server sees the cancellation a moment after the client sends it
             again = await open_watch(chan, CLIENT_TOKEN)
-            await tasks.Submit(pb.SubmitRequest(task=pb.TaskSpec(pool="default", payload=b"{}")),
-                               metadata=bearer(CLIENT_TOKEN), timeout=PATIENCE_S)  # fmt: skip
+            await tasks.Submit(
+                pb.SubmitRequest(task=pb.TaskSpec(pool="default", payload=b"{}")),
+                metadata=bearer(CLIENT_TOKEN),
+                timeout=PATIENCE_S,
+            )
             try:
                 event = await asyncio.wait_for(again.read(), PATIENCE_S)
             except grpc.aio.AioRpcError as exc:

@@ -24,7 +24,12 @@ async def test_submit_with_wait_returns_the_workers_output(client: Client, worke
     assert done.result.status == "succeeded" and done.result.output == b"HELLO"
     info = await client.get(done.id)
     assert (info.status, info.pool, info.kind, info.attempt, info.output_available) == (
-        "succeeded", "default", "shout", 1, True)  # fmt: skip
+        "succeeded",
+        "default",
+        "shout",
+        1,
+        True,
+    )
     assert info.created_at is not None and info.finished_at is not None
 
 
@@ -36,13 +41,26 @@ async def test_lease_carries_the_task_fields(client: Client, workers) -> None:
         return "ok"
 
     await workers("default", record)
-    done = await client.submit({"n": 1}, wait=True, key="lease-fields", kind="k1", priority="high", timeout=30,
-                               deadline_in=60, tags={"team": "x"})  # fmt: skip
+    done = await client.submit(
+        {"n": 1},
+        wait=True,
+        key="lease-fields",
+        kind="k1",
+        priority="high",
+        timeout=30,
+        deadline_in=60,
+        tags={"team": "x"},
+    )
     assert done.result is not None and done.result.text() == "ok"
     lease = seen[0]
     assert lease.json() == {"n": 1} and lease.content_type == "application/json"
     assert (lease.key, lease.kind, lease.priority, lease.pool, lease.tags) == (
-        "lease-fields", "k1", "high", "default", {"team": "x"})  # fmt: skip
+        "lease-fields",
+        "k1",
+        "high",
+        "default",
+        {"team": "x"},
+    )
     assert lease.timeout == 30 and lease.deadline is not None and lease.lease_ttl == 30
 
 

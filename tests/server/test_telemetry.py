@@ -223,8 +223,11 @@ async def otlp_grpc_receiver() -> AsyncIterator[OtlpReceiver]:
 
 
 @contextlib.asynccontextmanager
-async def server_process(directory: Path, env: dict[str, str], expect: str = "listening",
-                         ) -> AsyncIterator[HttpServerProcess]:  # fmt: skip
+async def server_process(
+    directory: Path,
+    env: dict[str, str],
+    expect: str = "listening",
+) -> AsyncIterator[HttpServerProcess]:
     proc = HttpServerProcess(directory, CONFIG, name="otel", env={**_CLEARED, **env})
     # Starting blocks on the child's output: keep the receiver's event loop free meanwhile.
     await asyncio.to_thread(proc.start, expect)
@@ -288,14 +291,18 @@ async def worker_for(address: str, pool: str, seen: list[Lease]) -> AsyncIterato
             await asyncio.wait_for(task, 10)
 
 
-async def submit_grpc(address: str, traceparent: Traceparent | None, tags: dict[str, str] | None = None,
-                      ) -> pb.SubmitResponse:  # fmt: skip
+async def submit_grpc(
+    address: str,
+    traceparent: Traceparent | None,
+    tags: dict[str, str] | None = None,
+) -> pb.SubmitResponse:
     metadata = [("authorization", f"Bearer {CLIENT_TOKEN}")]
     if traceparent is not None:
         metadata.append(("traceparent", traceparent.header))
     async with grpc.aio.insecure_channel(address) as channel:
-        request = pb.SubmitRequest(task=pb.TaskSpec(pool="default", payload=b"{}", tags=tags or {}), wait=True,
-                                   wait_timeout_s=10)  # fmt: skip
+        request = pb.SubmitRequest(
+            task=pb.TaskSpec(pool="default", payload=b"{}", tags=tags or {}), wait=True, wait_timeout_s=10
+        )
         response: pb.SubmitResponse = await pbg.TasksStub(channel).Submit(request, metadata=metadata, timeout=20)
     assert response.result.status == pb.TASK_STATUS_SUCCEEDED, response
     return response
@@ -338,24 +345,36 @@ async def test_spans_follow_the_submitters_trace_to_the_worker(tmp_path: Path) -
             assert grpc_tag.trace_id == over_grpc.trace_id and http_tag.trace_id == over_http.trace_id
 
             # ... naming the server span of the submission, itself a child of the submitter's span.
-            rpc = (await receiver.until(lambda: receiver.spans_named("cronoq.v1.Tasks/Submit", over_grpc.trace_id),
-                                        "the gRPC Submit span"))[0]  # fmt: skip
+            rpc = (
+                await receiver.until(
+                    lambda: receiver.spans_named("cronoq.v1.Tasks/Submit", over_grpc.trace_id), "the gRPC Submit span"
+                )
+            )[0]
             assert rpc.kind == Span.SPAN_KIND_SERVER and rpc.parent_span_id == over_grpc.span_id
             assert grpc_tag.span_id == rpc.span_id
-            request = (await receiver.until(lambda: receiver.spans_named("POST /v1/tasks", over_http.trace_id),
-                                            "the HTTP request span"))[0]  # fmt: skip
+            request = (
+                await receiver.until(
+                    lambda: receiver.spans_named("POST /v1/tasks", over_http.trace_id), "the HTTP request span"
+                )
+            )[0]
             assert request.kind == Span.SPAN_KIND_SERVER and request.parent_span_id == over_http.span_id
             assert http_tag.span_id == request.span_id
             assert _attributes(request.attributes)["http.response.status_code"] == 200
 
             # Each attempt has a cronoq.task span under the submission's span.
             for submitted, task_id in ((rpc, grpc_task), (request, http_task)):
-                attempt = (await receiver.until(lambda s=submitted: receiver.spans_named("cronoq.task", s.trace_id),
-                                                "an attempt span"))[0]  # fmt: skip
+                attempt = (
+                    await receiver.until(
+                        lambda s=submitted: receiver.spans_named("cronoq.task", s.trace_id), "an attempt span"
+                    )
+                )[0]
                 attributes = _attributes(attempt.attributes)
                 assert attempt.parent_span_id == submitted.span_id
                 assert (attributes["task.id"], attributes["task.pool"], attributes["task.attempt"]) == (
-                    task_id, "default", 1)  # fmt: skip
+                    task_id,
+                    "default",
+                    1,
+                )
                 assert attempt.status.code == attempt.status.STATUS_CODE_OK
 
             # A refused call's span carries its status code (a caller's mistake is no server error).
@@ -365,8 +384,11 @@ async def test_spans_follow_the_submitters_trace_to_the_worker(tmp_path: Path) -
                 with pytest.raises(grpc.aio.AioRpcError) as raised:
                     await pbg.TasksStub(channel).Get(pb.GetRequest(task=pb.TaskRef(id=12345)), metadata=metadata)
             assert raised.value.code() == grpc.StatusCode.NOT_FOUND
-            get = (await receiver.until(lambda: receiver.spans_named("cronoq.v1.Tasks/Get", refused.trace_id),
-                                        "the Get span"))[0]  # fmt: skip
+            get = (
+                await receiver.until(
+                    lambda: receiver.spans_named("cronoq.v1.Tasks/Get", refused.trace_id), "the Get span"
+                )
+            )[0]
             assert _attributes(get.attributes)["rpc.grpc.status_code"] == grpc.StatusCode.NOT_FOUND.value[0]
             assert get.status.code == get.status.STATUS_CODE_UNSET
 
@@ -429,8 +451,12 @@ async def test_retries_show_up_under_the_request_that_caused_them(tmp_path: Path
 
 async def test_only_the_signal_whose_endpoint_is_set_is_exported(tmp_path: Path) -> None:
     async with otlp_receiver() as receiver:
-        env = {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"{receiver.endpoint}/v1/traces", "OTEL_BSP_SCHEDULE_DELAY": "100",
-               "OTEL_METRIC_EXPORT_INTERVAL": "200", "OTEL_SERVICE_NAME": "scheduler-a"}  # fmt: skip
+        env = {
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"{receiver.endpoint}/v1/traces",
+            "OTEL_BSP_SCHEDULE_DELAY": "100",
+            "OTEL_METRIC_EXPORT_INTERVAL": "200",
+            "OTEL_SERVICE_NAME": "scheduler-a",
+        }
         async with server_process(tmp_path, env) as server:
             seen: list[Lease] = []
             async with worker(server.address, seen):
@@ -450,8 +476,11 @@ async def test_otlp_over_grpc(tmp_path: Path) -> None:
             async with worker(server.address, seen):
                 caller = Traceparent.new()
                 await submit_grpc(server.address, caller)
-                rpc = (await receiver.until(lambda: receiver.spans_named("cronoq.v1.Tasks/Submit", caller.trace_id),
-                                            "the Submit span"))[0]  # fmt: skip
+                rpc = (
+                    await receiver.until(
+                        lambda: receiver.spans_named("cronoq.v1.Tasks/Submit", caller.trace_id), "the Submit span"
+                    )
+                )[0]
                 assert rpc.parent_span_id == caller.span_id
                 assert parse_traceparent(seen[0].tags["traceparent"]).span_id == rpc.span_id
                 await receiver.until(
@@ -488,17 +517,20 @@ async def test_nothing_is_exported_when_not_asked_for(tmp_path: Path, switch: di
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"},
-         "OTEL_EXPORTER_OTLP_PROTOCOL=http/json"),
+        (
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"},
+            "OTEL_EXPORTER_OTLP_PROTOCOL=http/json",
+        ),
         ({"OTEL_TRACES_EXPORTER": "zipkin"}, "OTEL_TRACES_EXPORTER=zipkin"),
     ],
     ids=["protocol", "exporter"],
-)  # fmt: skip
-async def test_unsupported_settings_stop_the_server_with_a_clear_error(tmp_path: Path, env: dict[str, str],
-                                                                       message: str) -> None:  # fmt: skip
+)
+async def test_unsupported_settings_stop_the_server_with_a_clear_error(
+    tmp_path: Path, env: dict[str, str], message: str
+) -> None:
     proc = HttpServerProcess(tmp_path, CONFIG, name="bad-otel", env={**_CLEARED, **env})
     with pytest.raises(RuntimeError, match="exited with 1"):
-        await asyncio.to_thread(proc.start, "listening", 30.0, 1)
+        await asyncio.to_thread(proc.start, "listening", 30.0)
     assert message in proc.stderr()
 
 
@@ -510,8 +542,9 @@ def test_the_environment_decides_what_is_exported() -> None:
     assert telemetry.plan({"OTEL_BSP_SCHEDULE_DELAY": "5", "OTEL_SERVICE_NAME": "x"}) is None
     both = telemetry.plan({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"})
     assert both is not None and (both.traces, both.metrics) == ("http/protobuf", "http/protobuf")
-    metrics_only = telemetry.plan({"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": "http://c:4317",
-                                   "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL": "grpc"})  # fmt: skip
+    metrics_only = telemetry.plan(
+        {"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": "http://c:4317", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL": "grpc"}
+    )
     assert metrics_only is not None and (metrics_only.traces, metrics_only.metrics) == (None, "grpc")
     asked = telemetry.plan({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"})
     assert asked is not None and (asked.traces, asked.metrics) == ("grpc", None)

@@ -22,14 +22,55 @@ def _openssl(directory: Path, *args: str) -> None:
 
 def make_certificates(directory: Path) -> None:
     """A CA, a server certificate for 127.0.0.1 and a client certificate for worker-1.internal."""
-    _openssl(directory, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
-             "-days", "2", "-subj", "/CN=cronoq-test-ca")  # fmt: skip
+    _openssl(
+        directory,
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=cronoq-test-ca",
+    )
     for name, san in (("server", "IP:127.0.0.1,DNS:localhost"), ("client", "DNS:worker-1.internal")):
         (directory / f"{name}.ext").write_text(f"subjectAltName={san}\n")
-        _openssl(directory, "req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out",
-                 f"{name}.csr", "-subj", f"/CN={name}")  # fmt: skip
-        _openssl(directory, "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-                 "-CAcreateserial", "-out", f"{name}.pem", "-days", "2", "-extfile", f"{name}.ext")  # fmt: skip
+        _openssl(
+            directory,
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            f"{name}.key",
+            "-out",
+            f"{name}.csr",
+            "-subj",
+            f"/CN={name}",
+        )
+        _openssl(
+            directory,
+            "x509",
+            "-req",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            f"{name}.pem",
+            "-days",
+            "2",
+            "-extfile",
+            f"{name}.ext",
+        )
 
 
 async def test_a_client_certificate_maps_to_its_role_and_a_token_wins(tmp_path: Path) -> None:

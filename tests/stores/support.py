@@ -115,6 +115,23 @@ class Database:
         finally:
             await pg.close()
 
+    async def schema_versions(self) -> list[int]:
+        """The schema versions recorded in the database (SQL stores)."""
+        if self.kind == "sqlite":
+            conn = sqlite3.connect(self.path)
+            try:
+                return [row[0] for row in conn.execute("SELECT version FROM cronoq_schema_version ORDER BY version")]
+            finally:
+                conn.close()
+        import asyncpg
+
+        pg = await asyncpg.connect(self.dsn)
+        try:
+            rows = await pg.fetch(f'SELECT version FROM "{self.schema}".cronoq_schema_version ORDER BY version')
+        finally:
+            await pg.close()
+        return [int(row[0]) for row in rows]
+
     async def drop(self) -> None:
         if self.kind == "postgres":
             import asyncpg

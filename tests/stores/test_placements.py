@@ -3,6 +3,7 @@ seeded from the file once, kept over later seeds, moved forward only, bad rows r
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any
 import asyncpg
 import pytest
 from cronoq.stores import Corrupt
-from cronoq.stores.placements import advance_placement, load_placements
+from cronoq.stores.placements import advance_placement, load_placements, placement_watch
 from cronoq.stores.postgres import PostgresStore, quote_schema
 from cronoq.stores.sqlite import SqliteStore
 
@@ -75,3 +76,14 @@ async def test_an_unusable_row_is_refused_as_corrupt_naming_it(store: Any, state
     await execute(store, statement)
     with pytest.raises(Corrupt, match="cronoq_topology holds an unusable row"):
         await load_placements(store, SEED)
+
+
+async def test_a_watch_reads_the_placements_and_on_postgres_hears_each_change(store: Any) -> None:
+    await load_placements(store, SEED)
+    async with placement_watch(store) as watch:
+        assert await watch.read() == SEED
+        assert watch.notified is isinstance(store, PostgresStore)
+        assert await advance_placement(store, "p2", "s1", 2)  # another connection, as another node's
+        if watch.notified:
+            await asyncio.wait_for(watch.changed.wait(), 30)  # woken by the commit, not by a poll
+        assert await watch.read() == {"default": ("s1", 1), "p2": ("s1", 2)}

@@ -4,17 +4,23 @@ its lease moves nothing of the source, and a refused move changes nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
 from cronoq.engine.actions import PutRecurring, PutTask, TaskRecord
 from cronoq.engine.types import Dep, RecurringSpec, TaskSpec, TaskStatus
-from cronoq.stores import Fenced
-from cronoq.stores.placements import load_placements, read_placements
+from cronoq.stores import Fenced, Unavailable
+from cronoq.stores import _schema as schema_mod
+from cronoq.stores.placements import load_placements, placement_watch, read_placements
 from cronoq.stores.pool_moves import MoveRefused, MoveRow, forwarded_to, read_moves, request_move, transfer
+from cronoq.stores.postgres import apply_migrations as pg_migrations
+from cronoq.stores.sqlite import apply_migrations as sqlite_migrations
 
 from tests.stores.support import Database
 
@@ -76,12 +82,15 @@ async def test_a_move_interrupted_half_way_is_carried_out_once_by_the_next_leade
     assert await rows(successor) == {S1 + 1: "p1", S1 + 2: "p1", S1 + 3: "default"}
     assert (await read_moves(successor))["p1"].phase == "requested"
     assert (await read_placements(successor))["p1"] == ("s1", 1)
-    # SQLite writes the target's half first (no commit spans two files): it is there already, and
-    # the next attempt must not add it twice. Postgres moved nothing (one transaction).
-    expected = {S1 + 1: "p1", S1 + 2: "p1"} if source_db.kind == "sqlite" else {}
-    assert await rows(target) == expected
+    # Nothing reached the target: Postgres moves in one transaction, and SQLite marks the move
+    # ``transferring`` (fenced) before it writes the target's file.
+    assert await rows(target) == {}
 
-    done = await transfer(successor, new_epoch, MOVE, "s1", namespace(target_db), pool_of_template)
+    async with placement_watch(target) as watch:
+        done = await transfer(successor, new_epoch, MOVE, "s1", namespace(target_db), pool_of_template)
+        if watch.notified:  # Postgres: the target's leader hears of the handover at its commit
+            await asyncio.wait_for(watch.changed.wait(), 30)
+        assert (await watch.read())["p1"] == ("s2", 2)
     assert (done.tasks, done.schedules) == (2, 1)
     # Repeating it (a crash right after) finds nothing more to do and changes nothing.
     assert (await transfer(successor, new_epoch, MOVE, "s1", namespace(target_db), pool_of_template)).tasks == 0
@@ -117,3 +126,71 @@ async def test_a_move_splitting_live_dependencies_or_reusing_keys_is_refused_and
     with pytest.raises(MoveRefused, match="keys of pool 'p1' are in use in shard 's2': 'k'"):
         await transfer(source, epoch, edge_free, "s1", namespace(target_db), pool_of_template)
     assert set(await rows(target)) == {(2 << 56) + 1}
+
+
+async def migrated_to_v6(kind: str, tmp_path: Path, postgres_dsn: str, pool_tables: bool) -> Database:
+    """A database as a version-6 build left it, with one task of pool p1 and, when ``pool_tables``,
+    the move tables an earlier build of pool moves created beside the migrated ones."""
+    database = Database(kind, tmp_path, postgres_dsn)
+    early = (
+        "CREATE TABLE {s}cronoq_topology (pool text PRIMARY KEY, shard text NOT NULL, version bigint NOT NULL)",
+        "INSERT INTO {s}cronoq_topology VALUES ('p1', 's1', 1)",
+    )
+    if kind == "sqlite":
+        conn = sqlite3.connect(database.path, isolation_level=None)
+        try:
+            assert sqlite_migrations(conn, target=6) == 6
+            for statement in early if pool_tables else ():
+                conn.execute(statement.format(s=""))
+        finally:
+            conn.close()
+        return database
+    conn = await asyncpg.connect(postgres_dsn)
+    try:
+        assert await pg_migrations(conn, database.schema, target=6) == 6
+        for statement in early if pool_tables else ():
+            await conn.execute(statement.format(s=f'"{database.schema}".'))
+    finally:
+        await conn.close()
+    return database
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+@pytest.mark.parametrize("pool_tables", [False, True], ids=["v6", "v6-with-early-move-tables"])
+async def test_a_version_6_store_gains_the_move_tables_by_migration_7(
+    kind: str, pool_tables: bool, tmp_path: Path, postgres_dsn: str
+) -> None:
+    source_db = await migrated_to_v6(kind, tmp_path, postgres_dsn, pool_tables)
+    target_db = Database(kind, tmp_path, postgres_dsn)
+    source, target = source_db.store(shard="s1"), target_db.store(shard="s2")
+    try:
+        epoch = await source.acquire_leadership()  # opening migrates
+        await target.open()
+        assert await source_db.schema_versions() == list(range(1, schema_mod.LATEST + 1)) == [1, 2, 3, 4, 5, 6, 7]
+        # An early build's placement is kept; the others are seeded beside it.
+        assert await load_placements(source, SEED) == SEED
+        await load_placements(target, SEED)
+        await source.commit(epoch, [task(S1 + 1, "p1", key="a")])
+        assert await read_moves(source) == {}
+        await request_move(source, epoch, MOVE)
+        assert (await transfer(source, epoch, MOVE, "s1", namespace(target_db), pool_of_template)).tasks == 1
+        assert await rows(target) == {S1 + 1: "p1"}
+        assert await forwarded_to(source, S1 + 1) == ("p1", "s2", 2)
+    finally:
+        for store in (source, target):
+            await store.close()
+        for database in (source_db, target_db):
+            await database.drop()
+
+
+async def test_a_move_to_a_shard_whose_store_was_never_opened_waits_for_it(shards: list[Any], tmp_path: Path) -> None:
+    source_db, _, source, _ = shards
+    epoch = await source.acquire_leadership()
+    await source.commit(epoch, [task(S1 + 1, "p1")])
+    unopened = Database(source_db.kind, tmp_path, source_db.dsn)
+    try:
+        with pytest.raises(Unavailable, match="store of shard 's2' is at schema version 0, a pool move needs 7"):
+            await transfer(source, epoch, MOVE, "s1", namespace(unopened), pool_of_template)
+        assert await rows(source) == {S1 + 1: "p1"}
+    finally:
+        await unopened.drop()

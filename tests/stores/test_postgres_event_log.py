@@ -205,7 +205,7 @@ async def test_upgrade_from_v2_keeps_the_rows(
 
     store = make(stores, postgres_dsn, pg_schema)
     epoch = await store.acquire_leadership()
-    assert await db.fetchval(f"SELECT max(version) FROM {s}.cronoq_schema_version") == schema_mod.LATEST == 6
+    assert await db.fetchval(f"SELECT max(version) FROM {s}.cronoq_schema_version") == schema_mod.LATEST == 7
     await store.commit(epoch, [succeeded(5, T0 + 2, "done")])
     rec = await make(stores, postgres_dsn, pg_schema).recover(T0 + 3)
     [task] = rec.tasks

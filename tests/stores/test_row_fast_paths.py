@@ -1,22 +1,28 @@
 """The shortcuts of the row encoding give exactly what the general paths give.
 
 The codecs answer common scalars without the JSON encoder/parser, folding writes the spec text of
-plain specs from a table, and recovery recognises those texts without parsing them. Each shortcut
-is checked here against the general path it stands in for.
+plain specs from a table, recovery recognises those texts without parsing them, and decodes the
+rows of plain specs in bulk (``Recovery.add_rows``). Each shortcut is checked here against the
+general path it stands in for.
 """
 
 from __future__ import annotations
 
+import copy
 import enum
 import json
+import pickle
 from typing import Any
 
 import pytest
 from cronoq.engine.actions import PutTask, SetStatus, TaskRecord
 from cronoq.engine.types import Dep, Priority, RetryPolicy, TaskSpec, TaskStatus
 from cronoq.stores import BytesOrJsonCodec, JsonCodec
+from cronoq.stores import _row_decode as D
 from cronoq.stores import _rows as R
 from cronoq.stores.base import json_bytes, json_value
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 T0 = 1_700_000_000_000_000_000
 
@@ -115,12 +121,12 @@ def test_decoding_with_and_without_the_shortcut_agree(spec: TaskSpec) -> None:
     record = TaskRecord(9, "default", spec, T0, TaskStatus.READY, 3)
     batch = R.fold([PutTask(record), SetStatus(9, TaskStatus.RUNNING, 1, T0 + 1)], codec)
     row = read_row(batch.tasks[0])
-    fast = R.decode_task(row, codec)
+    fast = D.decode_task(row, codec)
     # The same spec written with spaces is not one of the known texts: it takes the parser.
     slow_row = list(row)
     slow_row[R.T_SPEC] = json.dumps(json.loads(row[R.T_SPEC]), separators=(", ", ": "))
     assert slow_row[R.T_SPEC] != row[R.T_SPEC]
-    slow = R.decode_task(slow_row, codec)
+    slow = D.decode_task(slow_row, codec)
     assert fast == slow
     assert fast.record == record
     assert (fast.status, fast.attempt, fast.started_at) == (TaskStatus.RUNNING, 1, T0 + 1)
@@ -137,3 +143,67 @@ def test_checked_names_are_still_refused_when_bad() -> None:
         R.check_text(5, "pool name")
     with pytest.raises(ValueError, match="string"):
         R.check_text(["list"], "pool name")
+
+
+# Column values a damaged row might hold instead of the right ones (wrong types, bad payloads).
+DAMAGE: list[Any] = [None, "text", 5, -1, True, 2.5, b"\xff not json", b"\x00raw", ["list"], {"status": "ready"}]
+
+
+@st.composite
+def read_rows(draw: st.DrawFn) -> list[list[Any]]:
+    """Rows as recovery reads them: mostly plain, some with a full spec, some damaged."""
+    codec = BytesOrJsonCodec()
+    rows: list[list[Any]] = []
+    for task_id in draw(st.lists(st.integers(1, 60), max_size=25)):
+        spec = draw(st.sampled_from(SPECS))
+        status = draw(st.sampled_from(list(TaskStatus)))
+        record = TaskRecord(task_id, draw(st.sampled_from(["default", "other"])), spec, T0, status, 3)
+        row = read_row(R.fold([PutTask(record)], codec).tasks[0])
+        row[R.T_ID] = draw(st.sampled_from([task_id, R.to_db_id(2**64 - task_id)]))
+        if draw(st.booleans()):
+            later = draw(st.sampled_from(list(TaskStatus)))
+            row[R.T_STATUS], row[R.T_ATTEMPT], row[R.T_STARTED] = later.value, 1, T0 + 1
+            row[R.T_MESSAGE] = draw(st.sampled_from([None, "m"]))
+        for _ in range(draw(st.integers(0, 2))):  # any column but the id (a non-null bigint key)
+            row[draw(st.integers(R.T_ID + 1, len(row) - 1))] = draw(st.sampled_from(DAMAGE))
+        rows.append(row)
+    return rows
+
+
+@settings(max_examples=300, deadline=None)
+@given(read_rows())
+def test_bulk_decoding_is_adding_each_row(rows: list[list[Any]]) -> None:
+    codec = BytesOrJsonCodec()
+    one_by_one, bulk = D.Recovery(codec, T0), D.Recovery(codec, T0)
+    for row in rows:
+        one_by_one.add(row)
+    bulk.add_rows(rows)
+    assert bulk.tasks == one_by_one.tasks
+    assert list(bulk.tasks) == list(one_by_one.tasks)
+    assert bulk.keys == one_by_one.keys
+    assert bulk.quarantined == one_by_one.quarantined
+    assert bulk.missing_parents() == one_by_one.missing_parents()
+    assert bulk.ordered() == one_by_one.ordered() == sorted(bulk.tasks.values(), key=lambda t: t.record.id)
+
+
+def test_the_shared_maps_of_recovered_specs_refuse_changes_but_read_like_dicts() -> None:
+    codec = BytesOrJsonCodec()
+    record = TaskRecord(9, "default", SPECS[3], T0, TaskStatus.READY, 3)
+    rows = [read_row(R.fold([PutTask(record)], codec).tasks[0]) for _ in range(2)]
+    rows[1][R.T_ID] = 10
+    rec = D.Recovery(codec, T0)
+    rec.add_rows(rows)
+    first, second = (rec.tasks[i].record.spec for i in (9, 10))
+    assert first.tags is second.tags  # one spec text, one map
+    assert first.tags == {"a": "b"} and json.dumps(first.tags) == '{"a": "b"}'
+    assert copy.deepcopy(first.tags) == pickle.loads(pickle.dumps(first.tags)) == {"a": "b"}
+    for change in (
+        lambda m: m.__setitem__("x", "y"),
+        lambda m: m.update(x="y"),
+        lambda m: m.pop("a"),
+        lambda m: m.clear(),
+        lambda m: m.setdefault("x", "y"),
+    ):
+        with pytest.raises(TypeError, match="shared"):
+            change(first.tags)
+    assert second.tags == {"a": "b"} and first.resources == {} and first.labels == {}

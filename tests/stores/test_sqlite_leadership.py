@@ -147,7 +147,7 @@ async def test_fresh_file_is_at_latest_version(tmp_path: Path, stores: list[Sqli
     path = tmp_path / "c.db"
     await make(stores, path).open()
     assert _versions(path) == list(range(1, schema.LATEST + 1))
-    assert schema.LATEST == 6
+    assert schema.LATEST == 7
 
 
 async def test_upgrade_from_version_1(tmp_path: Path, stores: list[SqliteStore]) -> None:
@@ -179,7 +179,7 @@ async def test_upgrade_from_version_1(tmp_path: Path, stores: list[SqliteStore])
 
     store = make(stores, path, shard="s1")
     rec = await store.recover(T0)
-    assert _versions(path) == [1, 2, 3, 4, 5, 6]  # 3 and 6 change nothing in SQLite (Postgres only)
+    assert _versions(path) == [1, 2, 3, 4, 5, 6, 7]  # 3 and 6 change nothing in SQLite (Postgres only)
     assert [(t.record.id, t.record.spec.key, t.record.spec.payload) for t in rec.tasks] == [(7, "legacy", {"v": 1})]
     assert [(r.spec.name, r.paused) for r in rec.recurring] == [("nightly", False)]
     conn = sqlite3.connect(path)

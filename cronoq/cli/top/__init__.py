@@ -69,8 +69,9 @@ def run_top(args: argparse.Namespace, conn: Connection, out: Out) -> Exit:
     fd = sys.stdin.fileno()
 
     def draw() -> Layout:
-        return screen(feed.view(), address=conn.settings.target.url, interval=interval, pools=pools,
-                      task_limit=args.tasks)  # fmt: skip
+        return screen(
+            feed.view(), address=conn.settings.target.url, interval=interval, pools=pools, task_limit=args.tasks
+        )
 
     feed.start()
     try:

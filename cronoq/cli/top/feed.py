@@ -159,8 +159,11 @@ class Feed:
         empty = pb.Empty()
         # The shards each listing that answered could not ask; a shard absent from one of them answers.
         answered: list[set[str]] = []
-        for pane, method in ((self.snapshot, self.conn.admin.Snapshot), (self.workers, self.conn.admin.ListWorkers),
-                             (self.schedules, self.conn.admin.ListRecurring)):  # fmt: skip
+        for pane, method in (
+            (self.snapshot, self.conn.admin.Snapshot),
+            (self.workers, self.conn.admin.ListWorkers),
+            (self.schedules, self.conn.admin.ListRecurring),
+        ):
             data = self._fetch(pane, lambda method=method: self._unary(method, empty))
             if data is not None:
                 answered.append(set(data.unavailable_shards))

@@ -58,8 +58,14 @@ def _pane(title: str, body: RenderableType, error: str | None = None, note: str 
         parts.append(Text("! " + escape_controls(error), style="bold red"))
     parts.append(body)
     subtitle = Text(note, style="dim") if note else None
-    return Panel(Group(*parts), title=Text(title, style="bold"), title_align="left", subtitle=subtitle,
-                 subtitle_align="right", box=box.ROUNDED)  # fmt: skip
+    return Panel(
+        Group(*parts),
+        title=Text(title, style="bold"),
+        title_align="left",
+        subtitle=subtitle,
+        subtitle_align="right",
+        box=box.ROUNDED,
+    )
 
 
 def _ago(unix_ns: int, now: float) -> str:

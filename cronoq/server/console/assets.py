@@ -15,24 +15,26 @@ from importlib import resources
 
 __all__ = ["CSP", "SECURITY_HEADERS", "Asset", "load_assets"]
 
-CSP = "; ".join((
-    "default-src 'self'",
-    "script-src 'self'",
-    "style-src 'self'",
-    "img-src 'self'",
-    "connect-src 'self'",
-    "font-src 'none'",
-    "object-src 'none'",
-    "media-src 'none'",
-    "frame-src 'none'",
-    "worker-src 'none'",
-    "manifest-src 'none'",
-    "base-uri 'none'",
-    "form-action 'none'",
-    "frame-ancestors 'none'",
-    "require-trusted-types-for 'script'",
-    "trusted-types 'none'",
-))  # fmt: skip
+CSP = "; ".join(
+    (
+        "default-src 'self'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "img-src 'self'",
+        "connect-src 'self'",
+        "font-src 'none'",
+        "object-src 'none'",
+        "media-src 'none'",
+        "frame-src 'none'",
+        "worker-src 'none'",
+        "manifest-src 'none'",
+        "base-uri 'none'",
+        "form-action 'none'",
+        "frame-ancestors 'none'",
+        "require-trusted-types-for 'script'",
+        "trusted-types 'none'",
+    )
+)
 
 SECURITY_HEADERS: dict[str, str] = {
     "Content-Security-Policy": CSP,

@@ -43,8 +43,9 @@ async def _next(events: AsyncIterator[pb.StatusEvent]) -> pb.StatusEvent:
     return await events.__anext__()
 
 
-async def lines(events: AsyncIterator[pb.StatusEvent], unavailable: Sequence[str],
-                limit_s: float) -> AsyncIterator[bytes]:  # fmt: skip
+async def lines(
+    events: AsyncIterator[pb.StatusEvent], unavailable: Sequence[str], limit_s: float
+) -> AsyncIterator[bytes]:
     """The lines of one stream of ``events`` (a subscription already made), for ``limit_s``."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + limit_s

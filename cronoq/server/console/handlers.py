@@ -31,6 +31,7 @@ from cronoq.router import collect_unavailable
 
 from ..errors import ApiError
 from ..http2 import H2Request, StreamedResponse
+from ..http_json import json_response
 from ..json_shapes import STATUSES, list_json, recurring_json, with_unavailable_shards
 from . import events
 from .assets import SECURITY_HEADERS, Asset, load_assets
@@ -46,8 +47,18 @@ __all__ = ["SEARCH_QUERY", "ConsoleHandlers"]
 
 Request = web.BaseRequest | H2Request
 
-SEARCH_QUERY = ("pool", "status", "limit", "after", "kind", "tenant", "key_prefix", "created_from_unix_ns",
-                "created_to_unix_ns", "newest_first")  # fmt: skip
+SEARCH_QUERY = (
+    "pool",
+    "status",
+    "limit",
+    "after",
+    "kind",
+    "tenant",
+    "key_prefix",
+    "created_from_unix_ns",
+    "created_to_unix_ns",
+    "newest_first",
+)
 """The query parameters of ``GET /v1/tasks``."""
 EVENTS_QUERY = ("pool", "all_transitions")
 
@@ -59,8 +70,6 @@ _BOOLEANS = {"true": True, "1": True, "false": False, "0": False}
 
 
 def _json(value: Any) -> web.Response:
-    from ..http import json_response  # the gateway's encoder (that module mixes this class in)
-
     return json_response(value)
 
 
@@ -111,17 +120,20 @@ class ConsoleHandlers:
                 raise ApiError.invalid(f"status: unknown value {name!r}; expected one of {', '.join(STATUSES)}")
             listing.statuses.append(STATUSES[name])
         if (limit := self._single(request, "limit")) is not None:
-            if not limit.isdigit() or int(limit) > _UINT32_MAX:
+            if not (limit.isascii() and limit.isdigit()) or int(limit) > _UINT32_MAX:
                 raise ApiError.invalid("limit must be a whole number (0 selects the default page size)")
             listing.limit = int(limit)
         if (after := self._single(request, "after")) is not None:
             if not _DECIMAL.fullmatch(after):
                 raise ApiError.invalid("after must be a decimal task id")
             listing.after = min(int(after), _UINT64_MAX)  # nothing follows the largest id
-        search = cpb.SearchTasksRequest(list=listing, kinds=self._names(request, "kind"),
-                                        tenants=self._names(request, "tenant"),
-                                        key_prefix=self._single(request, "key_prefix") or "",
-                                        newest_first=self._flag(request, "newest_first"))  # fmt: skip
+        search = cpb.SearchTasksRequest(
+            list=listing,
+            kinds=self._names(request, "kind"),
+            tenants=self._names(request, "tenant"),
+            key_prefix=self._single(request, "key_prefix") or "",
+            newest_first=self._flag(request, "newest_first"),
+        )
         if (created_from := self._unix_ns(request, "created_from_unix_ns")) is not None:
             search.created_from_unix_ns = created_from
         if (created_to := self._unix_ns(request, "created_to_unix_ns")) is not None:
@@ -135,10 +147,10 @@ class ConsoleHandlers:
             detail = await self.router.task_detail(principal, pb.GetRequest(task=self._ref(params)))
         return _json(with_unavailable_shards(detail_json(detail), missing))
 
-    async def watch_events(self, request: Request, principal: Principal,
-                           params: dict[str, str]) -> web.StreamResponse:  # fmt: skip
-        message = pb.WatchRequest(pools=self._names(request, "pool"),
-                                  all_transitions=self._flag(request, "all_transitions"))  # fmt: skip
+    async def watch_events(self, request: Request, principal: Principal, params: dict[str, str]) -> web.StreamResponse:
+        message = pb.WatchRequest(
+            pools=self._names(request, "pool"), all_transitions=self._flag(request, "all_transitions")
+        )
         with collect_unavailable() as missing:
             stream = await self.router.watch(principal, message)
         chunks = events.lines(stream, list(missing), self.limits.max_wait_s)
@@ -199,8 +211,7 @@ class ConsoleHandlers:
 
     # ----------------------------------------------------------------------------- the console's files
 
-    async def ui_redirect(self, request: Request, principal: Principal | None,
-                          params: dict[str, str]) -> web.Response:  # fmt: skip
+    async def ui_redirect(self, request: Request, principal: Principal | None, params: dict[str, str]) -> web.Response:
         return web.Response(status=308, headers={"Location": "/ui/", **SECURITY_HEADERS})
 
     async def ui_index(self, request: Request, principal: Principal | None, params: dict[str, str]) -> web.Response:

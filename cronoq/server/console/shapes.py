@@ -60,9 +60,13 @@ def spec_json(m: pb.TaskSpec) -> dict[str, Any]:
         out["on_miss"] = _MISS_OUT.get(m.on_miss, "run_late")
     if m.HasField("retry"):
         retry = m.retry
-        out["retry"] = {"max_attempts": retry.max_attempts, "initial_backoff_s": retry.initial_backoff_s,
-                        "multiplier": retry.multiplier, "max_backoff_s": retry.max_backoff_s,
-                        "jitter": retry.jitter}  # fmt: skip
+        out["retry"] = {
+            "max_attempts": retry.max_attempts,
+            "initial_backoff_s": retry.initial_backoff_s,
+            "multiplier": retry.multiplier,
+            "max_backoff_s": retry.max_backoff_s,
+            "jitter": retry.jitter,
+        }
     if m.deps:
         deps = []
         for dep in m.deps:
@@ -137,8 +141,11 @@ def shards_json(m: cpb.ListShardsResponse) -> dict[str, Any]:
 def schedules_json(m: cpb.ListSchedulesResponse) -> dict[str, Any]:
     """``GET /v1/schedules``: the entries of ``/v1/recurring``, plus ``paused``, ``key`` and
     ``next_runs_unix_ns``."""
-    out = recurring_json(pb.ListRecurringResponse(schedules=[schedule.info for schedule in m.schedules],
-                                                  unavailable_shards=m.unavailable_shards))  # fmt: skip
+    out = recurring_json(
+        pb.ListRecurringResponse(
+            schedules=[schedule.info for schedule in m.schedules], unavailable_shards=m.unavailable_shards
+        )
+    )
     for item, schedule in zip(out["schedules"], m.schedules, strict=True):
         item["paused"] = schedule.paused
         if schedule.key:
