@@ -4,8 +4,7 @@ A grpc-aio unary call costs the forwarding node a few hundred microseconds of CP
 most of a millisecond, about as much as the call's own work. So each node keeps one long-lived
 Forward stream to each peer shard it forwards to and sends its forwarded unary calls over it, with
 the calls ready at each turn of the stream's writer in one message, and the answers coming back
-the same way. A call alone on an idle stream is written by its caller's own task at once, without
-a turn of the writer. Each call carries its caller's own ``authorization``, its time limit and trace
+the same way. Each call carries its caller's own ``authorization``, its time limit and trace
 context; the peer authenticates, bounds and answers it as the same call made directly (see
 ``cronoq.server.forward``).
 
@@ -113,10 +112,6 @@ class StreamLost(Exception):
     """The stream broke with the call in flight: its outcome at the peer is unknown."""
 
 
-class NotSent(StreamLost):
-    """The stream ended before the call was written: sending it on a new stream is safe."""
-
-
 class ForwardUnsupported(Exception):
     """The call cannot travel in the stream (nothing was sent): use a unary call. The peer has no
     Forward method, or the request is too large to fit one message with its envelope."""
@@ -155,7 +150,6 @@ class PeerStream:
         self.heard = self._loop.time()
         """When the peer last sent anything on the stream."""
         self.alive = True
-        self._writing = False
         self._tasks = (
             asyncio.ensure_future(self._write_loop()),
             asyncio.ensure_future(self._read_loop()),
@@ -171,12 +165,8 @@ class PeerStream:
         waiter: asyncio.Future[pb.ForwardedReply] = self._loop.create_future()
         self._pending[call_id] = waiter
         sent = self._loop.time()
-        self._outbox.append((call_id, path, request, authorization or "", timeout, traceparent or ""))
+        self._send((call_id, path, request, authorization or "", timeout, traceparent or ""))
         try:
-            if self._wake is not None and len(self._pending) == 1:
-                await self._write_directly()
-            else:
-                self._send_wake()
             async with asyncio.timeout(timeout + ANSWER_GRACE_S):
                 return await waiter
         except TimeoutError:
@@ -190,63 +180,35 @@ class PeerStream:
         finally:
             self._pending.pop(call_id, None)
 
-    async def _write_directly(self) -> None:
-        """Write the one call in flight from its caller's own task: waking the writer task would
-        put the write behind everything else ready on this loop (half the cost of forwarding a
-        lone call). Only for a lone call on an idle stream: gRPC cancels the whole stream when a
-        write is interrupted, so a caller cancelled mid-write ends the stream with nothing else
-        in flight on it (calls queued meanwhile were not sent and are sent again, ``NotSent``)."""
-        self._writing = True
-        try:
-            message = self._message()
-            await self._call.write(message)
-        except asyncio.CancelledError:
-            self.close("a call was cancelled while it was written", resend_unsent=True)
-            raise
-        except Exception as exc:  # the call may or may not have left: its outcome is unknown
-            self.close(f"write failed: {exc}")
-        finally:
-            self._writing = False
-            if self._outbox and self.alive:
-                self._send_wake()
-
     def _send(self, item: _Outgoing | int) -> None:
         self._outbox.append(item)
-        self._send_wake()
-
-    def _send_wake(self) -> None:
         wake, self._wake = self._wake, None
         if wake is not None and not wake.done():
             wake.set_result(None)
-
-    def _message(self) -> pb.ForwardRequest:
-        """The calls ready now, in one message within the size limit."""
-        outbox = self._outbox
-        message = pb.ForwardRequest()
-        calls = message.calls
-        size = 0
-        while outbox and size < self._limit:
-            item = outbox.popleft()
-            if type(item) is int:
-                calls.add(id=item, cancel=True)
-                size += 16
-                continue
-            call_id, path, request, authorization, timeout, traceparent = item  # type: ignore[misc]
-            calls.add(id=call_id, method=path, request=request, authorization=authorization,
-                      timeout_s=timeout, traceparent=traceparent)  # fmt: skip
-            size += len(request) + len(path) + len(authorization) + len(traceparent) + 32
-        return message
 
     async def _write_loop(self) -> None:
         outbox, write = self._outbox, self._call.write
         loop = asyncio.get_running_loop()
         try:
             while True:
-                if not outbox or self._writing:
+                if not outbox:
                     self._wake = loop.create_future()
                     await self._wake
                     continue
-                message = self._message()
+                # Everything ready now, in one message, within the size limit.
+                message = pb.ForwardRequest()
+                calls = message.calls
+                size = 0
+                while outbox and size < self._limit:
+                    item = outbox.popleft()
+                    if type(item) is int:
+                        calls.add(id=item, cancel=True)
+                        size += 16
+                        continue
+                    call_id, path, request, authorization, timeout, traceparent = item  # type: ignore[misc]
+                    calls.add(id=call_id, method=path, request=request, authorization=authorization,
+                              timeout_s=timeout, traceparent=traceparent)  # fmt: skip
+                    size += len(request) + len(path) + len(authorization) + len(traceparent) + 32
                 await write(message)
         except asyncio.CancelledError:
             raise
@@ -273,19 +235,18 @@ class PeerStream:
         finally:
             self._end(reason)
 
-    def _end(self, reason: str, resend_unsent: bool = False) -> None:
+    def _end(self, reason: str) -> None:
         if not self.alive:
             return
         self.alive = False
         pending, self._pending = self._pending, {}
-        unsent = {item[0] for item in self._outbox if type(item) is not int} if resend_unsent else set()  # type: ignore[index]
-        for call_id, waiter in pending.items():
+        for waiter in pending.values():
             if not waiter.done():
-                waiter.set_exception(NotSent(reason) if call_id in unsent else StreamLost(reason))
+                waiter.set_exception(StreamLost(reason))
         log.info("forward stream to shard %s closed (%s)", self.name, reason)
 
-    def close(self, reason: str = "closed", *, resend_unsent: bool = False) -> None:
-        self._end(reason, resend_unsent)
+    def close(self, reason: str = "closed") -> None:
+        self._end(reason)
         self._call.cancel()
         for task in self._tasks:
             task.cancel()
@@ -323,13 +284,6 @@ class ForwardStreams:
         body = request.SerializeToString()
         if len(body) + len(path) + len(authorization or "") + len(traceparent or "") + 64 > self._max_message_bytes:
             raise ForwardUnsupported("too large for the stream")
-        try:
-            return await self._on_stream(peer, path, body, authorization, traceparent, timeout)
-        except NotSent:  # the stream ended just before it could carry the call: a new one can
-            return await self._on_stream(peer, path, body, authorization, traceparent, timeout)
-
-    async def _on_stream(self, peer: Peer, path: str, body: bytes, authorization: str | None,
-                         traceparent: str | None, timeout: float) -> pb.ForwardedReply:  # fmt: skip
         state = self._peers.get(peer.name)
         stream = state.stream if state is not None else None
         if stream is None or not stream.alive:
