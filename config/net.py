@@ -44,7 +44,7 @@ def parse_socket_addr(text: str) -> tuple[str, int]:
             ipaddress.IPv4Address(host)
         except ValueError:
             raise ValueError(f"{host!r} is not an IPv4 address (use an IP literal; IPv6 goes in brackets)") from None
-    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+    if not (port_text.isascii() and port_text.isdigit()) or not 0 <= int(port_text) <= 65535:
         raise ValueError(f"port {port_text!r} is not a number between 0 and 65535")
     return host, int(port_text)
 

@@ -241,11 +241,11 @@ def _check_field(expr: str, spec: _Field, text: str) -> str:
         if not item:
             raise ConfigError(f"{where}: empty list element")
         base, slash, step = item.partition("/")
-        if slash and (not step.isdigit() or int(step) == 0):
+        if slash and (not (step.isascii() and step.isdigit()) or int(step) == 0):
             raise ConfigError(f"{where}: step {step!r} must be a whole number of at least 1")
         if spec is _WEEKDAY and "#" in base:
             base, _, nth = base.partition("#")
-            if not nth.isdigit() or not 1 <= int(nth) <= 5:
+            if not (nth.isascii() and nth.isdigit()) or not 1 <= int(nth) <= 5:
                 raise ConfigError(f"{where}: the number after '#' must be 1 to 5, not {nth!r}")
         for word in _LETTERS.findall(base):
             if word in spec.names or word in spec.specials:
@@ -268,7 +268,7 @@ def _check_field(expr: str, spec: _Field, text: str) -> str:
 
 
 def _value(spec: _Field, token: str) -> int | None:
-    if token.isdigit():
+    if token.isascii() and token.isdigit():
         return int(token)
     return spec.names.get(token)
 

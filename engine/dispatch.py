@@ -307,6 +307,12 @@ class Dispatcher:
         edf_live = pool.edf_live
         ceilings = self._ceilings(edf_live)
         groups = pool.groups
+        # The head of each lane (FIFO or fair share at 2 * class, deadlines at 2 * class + 1) and its
+        # score, looked up once per pass: ``now`` does not change within it, and a lane's head
+        # changes only when this loop pops it (starting a task never adds one to a ready lane).
+        seen = [False] * (2 * CLASSES)
+        heads: list[Task | None] = [None] * (2 * CLASSES)
+        scores = [0.0] * (2 * CLASSES)
         while True:
             idle = pool.capacity - pool.busy if len(groups) == 1 else pool.open_slots()
             if idle <= 0:
@@ -334,26 +340,39 @@ class Dispatcher:
                     break  # no task of this class or below can reach the best score
                 if not ready[cls]:
                     continue
-                task = lanes[cls].peek()
-                if task is not None:
-                    waited = now - task.submitted_at
-                    score = base[cls] + min(aging[cls] * waited, age_cap[cls])
-                    if score > best_score or (
-                        score == best_score and best is not None and task.id < best.id and cls == best.cls
-                    ):
-                        best, best_score, best_lane = task, score, 0
-                if edf_live[cls]:
-                    task = edf[cls].peek()
+                slot = cls + cls
+                if seen[slot]:
+                    task, score = heads[slot], scores[slot]
+                else:
+                    task = heads[slot] = lanes[cls].peek()
                     if task is not None:
-                        waited = now - task.submitted_at
-                        score = base[cls] + min(aging[cls] * waited, age_cap[cls]) + self.urgency(task, now)
-                        if score > best_score or (
-                            score == best_score and best is not None and cls == best.cls and task.id < best.id
-                        ):
-                            best, best_score, best_lane = task, score, 1
+                        score = scores[slot] = base[cls] + min(aging[cls] * (now - task.submitted_at), age_cap[cls])
+                    seen[slot] = True
+                if task is not None and (
+                    score > best_score
+                    or (score == best_score and best is not None and task.id < best.id and cls == best.cls)
+                ):
+                    best, best_score, best_lane = task, score, 0
+                if edf_live[cls]:
+                    slot += 1
+                    if seen[slot]:
+                        task, score = heads[slot], scores[slot]
+                    else:
+                        task = heads[slot] = edf[cls].peek()
+                        if task is not None:
+                            waited = now - task.submitted_at
+                            score = base[cls] + min(aging[cls] * waited, age_cap[cls]) + self.urgency(task, now)
+                            scores[slot] = score
+                        seen[slot] = True
+                    if task is not None and (
+                        score > best_score
+                        or (score == best_score and best is not None and cls == best.cls and task.id < best.id)
+                    ):
+                        best, best_score, best_lane = task, score, 1
             if best is None:
                 return
             cls = best.cls
+            seen[cls + cls + best_lane] = False  # the popped lane shows its next head
             if best_lane == 0:
                 lane = lanes[cls]
                 if pool.sfq is not None:

@@ -1,6 +1,7 @@
 """Engine benchmarks: one JSON object per case on stdout.
 
-(a) submit -> dispatch -> complete cycles/s and µs per cycle, steady state, over mixed-priority
+(a) submit -> dispatch -> complete cycles/s and µs per cycle (wall clock, and this process's CPU
+    time: on a shared machine the CPU figure is the steadier one), steady state, over mixed-priority
     backlogs of 10^3, 10^4, 10^5 and 10^6 tasks (flat cost: the same µs at every size);
 (b) the same over the largest backlog with deadlines, dependencies and a semaphore mixed in;
 (c) the cost of one dispatch decision (one slot frees, ``tick`` picks the next task) per backlog.
@@ -102,9 +103,9 @@ def batched(core: Core, now: int, running: list[int], specs: list[TaskSpec]) -> 
     core.submit_many(now, specs)  # type: ignore[attr-defined]
 
 
-def run_cycles(core: Core, now: int, specs: Specs, cycles: int, step: Step) -> tuple[int, float]:
+def run_cycles(core: Core, now: int, specs: Specs, cycles: int, step: Step) -> tuple[int, float, float]:
     """Steady state: every step completes the running attempts, submits as many, dispatches.
-    Returns (now at the end, seconds)."""
+    Returns (now at the end, seconds of wall time, seconds of this process's CPU time)."""
     core.set_capacity(now, "default", WORKERS)
     core.tick(now)
     running = [d.id for d in core.drain().dispatches]
@@ -113,11 +114,13 @@ def run_cycles(core: Core, now: int, specs: Specs, cycles: int, step: Step) -> t
     gc.collect()
     gc.disable()
     started = time.perf_counter()
+    cpu_started = time.process_time()
     for batch in batches:
         now += 1_000_000
         step(core, now, running, batch)
         core.tick(now)
         running = [d.id for d in core.drain().dispatches]
+    cpu = time.process_time() - cpu_started
     elapsed = time.perf_counter() - started
     gc.enable()
     # Leave no attempt running: the next run starts from the same backlog.
@@ -126,7 +129,7 @@ def run_cycles(core: Core, now: int, specs: Specs, cycles: int, step: Step) -> t
     core.set_capacity(now, "default", 0)
     core.tick(now)
     core.drain()
-    return now, elapsed
+    return now, elapsed, cpu
 
 
 def cycles_case(case: str, backlog: int, cycles: int, mixed: bool) -> None:
@@ -135,7 +138,7 @@ def cycles_case(case: str, backlog: int, cycles: int, mixed: bool) -> None:
     if hasattr(core, "submit_many") and hasattr(core, "complete_many"):
         steps.append(("batched", batched))
     for calls, step in steps:
-        now, elapsed = run_cycles(core, now, specs, cycles, step)
+        now, elapsed, cpu = run_cycles(core, now, specs, cycles, step)
         done = cycles // WORKERS * WORKERS
         emit(
             case=case,
@@ -144,6 +147,7 @@ def cycles_case(case: str, backlog: int, cycles: int, mixed: bool) -> None:
             cycles=done,
             cycles_per_s=round(done / elapsed),
             us_per_cycle=round(elapsed / done * 1e6, 3),
+            cpu_us_per_cycle=round(cpu / done * 1e6, 3),
         )
     if len(steps) == 1:
         emit(case=case, calls="batched", backlog=backlog, unavailable="engine has no submit_many/complete_many")

@@ -166,11 +166,15 @@ class Router:
 
     def _learned(self, exc: Exception) -> bool:
         """Whether ``exc`` is a refusal of a call routed on an old placement that named a newer
-        one (now cached): the call is then worth one more try."""
+        one (now cached): the call is then worth one more try. Calls refused together (a shared
+        SubmitBatch, or several at once) all retry, not only the one that taught the cache."""
         if not isinstance(exc, RouteError) or exc.code is not Status.FAILED_PRECONDITION:
             return False
         found = stale_placement(exc.metadata)
-        return found is not None and self.topology.learn(*found)
+        if found is None:
+            return False
+        pool, placement = found
+        return self.topology.learn(pool, placement) or self.topology.placement(pool) == placement
 
     async def _retrying(self, call: Callable[[], Awaitable[_R]]) -> _R:
         """``call``, and once more if it was refused as routed on an old placement. Refused so

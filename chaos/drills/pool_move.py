@@ -32,6 +32,14 @@ RETRY = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.FAILED_PRECONDITION, grpc.
 placement was older than the move; the call is sent again)."""
 
 
+def already_there(error: grpc.aio.AioRpcError, request: object) -> bool:
+    """A MovePool refused because the pool is on its target already."""
+    target = getattr(request, "to", "")
+    return error.code() is grpc.StatusCode.INVALID_ARGUMENT and f"already served by shard {target!r}" in (
+        error.details() or ""
+    )
+
+
 class Mover:
     """The admin calls of the drill, through one shard's endpoint (its proxy follows the leader)."""
 
@@ -48,6 +56,9 @@ class Mover:
                 status: cpb.MoveStatus = await getattr(self.stub, method)(request, metadata=self.metadata, timeout=5.0)
                 return status
             except grpc.aio.AioRpcError as error:
+                if method == "MovePool" and already_there(error, request):
+                    # A try whose answer was lost (its node killed) moved the pool: follow it.
+                    return await self.call("GetMove", cpb.MoveRequest(pool=request.pool), deadline)  # type: ignore[attr-defined]
                 if error.code() not in RETRY:
                     raise
             await asyncio.sleep(POLL_S)
@@ -86,7 +97,8 @@ async def _move_once(ctx: RunContext, pool: str, source: RunningShard, target: R
         deadline = loop.time() + MOVE_TIMEOUT_S
         status = await mover.call("MovePool", cpb.MovePoolRequest(pool=pool, to=target.name), deadline)
         if status is not None:
-            move_id, version = status.move_id, status.version
+            # Following a move an earlier try made (see ``Mover.call``): its version is the placement's.
+            move_id, version = status.move_id, status.version or status.placement_version
         while status is not None and not (status.shard == target.name and status.placement_version >= version):
             if status.move_id == move_id and status.phase in ("refused", "aborted"):
                 ctx.note(f"!! move of {pool} to {target.name} ended {status.phase}: {status.message}")

@@ -149,7 +149,7 @@ def _timeout(value: str | None) -> float | None:
     if not value:
         return None
     digits, unit = value[:-1], value[-1:]
-    if not digits.isdigit() or len(digits) > 8 or unit not in _TIMEOUT_UNITS:
+    if not (digits.isascii() and digits.isdigit()) or len(digits) > 8 or unit not in _TIMEOUT_UNITS:
         raise ApiError.invalid(f"grpc-timeout {value!r} is not a gRPC timeout")
     return int(digits) * _TIMEOUT_UNITS[unit]
 
@@ -565,7 +565,7 @@ def _host_name(header: str) -> str:
     if header.startswith("["):
         return header[: header.find("]") + 1] if "]" in header else header
     name, sep, port = header.rpartition(":")
-    return name if sep and port.isdigit() else header
+    return name if sep and (port.isascii() and port.isdigit()) else header
 
 
 def _web_tls(config: Config) -> ssl.SSLContext | None:

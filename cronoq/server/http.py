@@ -198,7 +198,7 @@ def _host_name(header: str) -> str:
     if header.startswith("["):
         return header[: header.find("]") + 1] if "]" in header else header
     name, sep, port = header.rpartition(":")
-    return name if sep and port.isdigit() else header
+    return name if sep and (port.isascii() and port.isdigit()) else header
 
 
 def _cert_names(request: Request) -> list[str]:

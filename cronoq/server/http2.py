@@ -192,7 +192,7 @@ class H2Request:
     @property
     def content_length(self) -> int | None:
         value = self.headers.get("content-length")
-        if value is None or not value.isdigit():
+        if value is None or not (value.isascii() and value.isdigit()):
             return None
         return int(value)
 

@@ -103,7 +103,7 @@ def extend_openapi(document: dict[str, Any], unix_ns: Schema) -> None:
         "post": operation(
             "move_pool",
             "Move a pool to another shard while it runs (role admin)",
-            error_responses(ref("MoveStatus"), errors),
+            error_responses(ref("MoveStatus"), errors + " 413 415"),  # a body: too large, not JSON
             body=ref("MovePoolRequest"),
             parameters=[pool],
             description="The pool's running attempts end on its shard first; then it is handed "

@@ -232,6 +232,7 @@ def test_attributes_and_equality() -> None:
         ("-1 * * * *", "cannot read the minute field '-1'"),
         ("0 0 * * * *\n", "unexpected character '\\n'"),
         ("\uff10 * * * *", "unexpected character"),  # full-width zero
+        ("*/\u00b2 * * * *", "unexpected character"),  # superscript two: a digit to str.isdigit
         ("0\x00 * * * *", "NUL"),
         ("@reboot", "@reboot is not supported"),
         ("@REBOOT", "@reboot is not supported"),

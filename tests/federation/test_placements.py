@@ -186,6 +186,15 @@ async def test_a_node_on_the_old_placement_learns_the_new_one_and_the_task_runs_
     assert result.output == b"done:one"
 
 
+async def test_calls_refused_together_on_the_old_placement_all_go_on_to_the_new_one(s3: pbg.TasksStub) -> None:
+    """Submits sent at once share the refusal (one SubmitBatch to s2, or several calls): each goes
+    on to s1, not only the one whose refusal taught s3 the new placement."""
+    answers = await asyncio.gather(
+        *(s3.Submit(pb.SubmitRequest(task=pb.TaskSpec(pool="p2", payload=b"x")), metadata=CLIENT) for _ in range(20))
+    )
+    assert [answer.id >> SHARD_BITS for answer in answers] == [1] * 20
+
+
 async def test_a_pool_both_shards_refuse_is_unavailable_to_the_caller(nodes: dict[str, Node], stores: Stores) -> None:
     """Records caught mid-change (two moves in flight): s1's places ``other`` on s2 (version 2),
     s2's back on s1 (version 3). s3 routes to s1 by the file, learns s2 from the refusal, is

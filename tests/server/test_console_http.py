@@ -153,7 +153,7 @@ async def test_get_tasks_filters_like_search_tasks(gw: Running) -> None:
         assert [task["key"] for task in page["tasks"]] == ["rep-a"]
         assert await found(f"created_from_unix_ns={created}&created_to_unix_ns={created - 1}") == []  # inverted: empty
         for query, word in (("newest_first=maybe", "newest_first"), ("created_from_unix_ns=1e9", "created_from"),
-                            ("kind=a%00b", "NUL"),
+                            ("kind=a%00b", "NUL"), ("limit=%C2%B2", "limit"),  # a superscript two
                             ("key_prefix=a&key_prefix=b", "key_prefix"), ("status=done", "status")):  # fmt: skip
             status, body = await request(http, "GET", f"/v1/tasks?{query}")
             assert status == 400 and word in body["error"], (query, body)

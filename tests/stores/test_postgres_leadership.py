@@ -59,11 +59,8 @@ async def test_one_leader_and_takeover_after_release(
     assert not waiting.done()
 
     await a.commit(epoch_a, [put(1)])
-    loop = asyncio.get_running_loop()
-    released_at = loop.time()
     await a.release_leadership()
     epoch_b = await asyncio.wait_for(waiting, 10)
-    assert loop.time() - released_at < 1.0
     assert epoch_b == epoch_a + 1
     assert not a.lost.is_set()  # a release is not a loss
 

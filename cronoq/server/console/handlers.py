@@ -120,7 +120,7 @@ class ConsoleHandlers:
                 raise ApiError.invalid(f"status: unknown value {name!r}; expected one of {', '.join(STATUSES)}")
             listing.statuses.append(STATUSES[name])
         if (limit := self._single(request, "limit")) is not None:
-            if not limit.isdigit() or int(limit) > _UINT32_MAX:
+            if not (limit.isascii() and limit.isdigit()) or int(limit) > _UINT32_MAX:
                 raise ApiError.invalid("limit must be a whole number (0 selects the default page size)")
             listing.limit = int(limit)
         if (after := self._single(request, "after")) is not None:
