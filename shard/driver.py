@@ -37,6 +37,7 @@ from cronoq.engine.types import NS_PER_S
 from cronoq.stores.base import Fenced, Store, StoreError, Unavailable, Unstorable
 
 from .faults import LOGGED_REJECTS, MAX_CONSECUTIVE_FAULTS, Command, Rebuild, creator, culprit_message, names_culprit
+from .gc_tuning import GcTuning
 
 log = logging.getLogger("cronoq.shard")
 
@@ -106,7 +107,7 @@ class DriverOptions:
     keep_finished_s: float | None = 7 * 86400.0  # finished rows are pruned from the store after this
     prune_interval_s: float = 60.0
     # While leading, the cyclic garbage collector's youngest generation holds this many objects
-    # before a collection (None: leave the interpreter's setting alone). See ``_GcTuning``.
+    # before a collection (None: leave the interpreter's setting alone). See ``GcTuning``.
     gc_young_threshold: int | None = 20_000
     # Where commit failures are counted (None: not counted).
     trouble: StoreTrouble | None = None
@@ -114,56 +115,6 @@ class DriverOptions:
     # configuration to lead with, or None to keep the given one (the server builds its pools
     # from the shard's durable placements here, so that recovery knows every pool it owns).
     configure: Callable[[int], Awaitable[CoreConfig | None]] | None = None
-
-
-class _GcTuning:
-    """Process-wide garbage collector settings shared by the drivers that currently lead.
-
-    Every step allocates thousands of objects (records, rows, futures) that live until their task
-    finishes. With the default youngest-generation threshold (700) the collector runs every few
-    tasks, and its older-generation passes walk every live task each time: about a fifth of a
-    busy shard's time went there. Collections are made rarer while a driver leads, and the state
-    recovered at takeover (which stays for the whole leadership) is frozen out of the collector's
-    reach. The first leader applies the settings; the last one to stop puts them back.
-    """
-
-    leaders = 0
-    saved_threshold: tuple[int, int, int] | None = None
-    applied_threshold: tuple[int, int, int] | None = None
-    froze = False
-
-    @classmethod
-    def acquire(cls, young: int | None) -> None:
-        cls.leaders += 1
-        if young is None or cls.applied_threshold is not None:
-            return
-        current = gc.get_threshold()
-        if current[0] == 0 or current[0] >= young:
-            return  # disabled by threshold, or already less eager than ours: keep it
-        cls.saved_threshold = current
-        cls.applied_threshold = (young, current[1], current[2])
-        gc.set_threshold(*cls.applied_threshold)
-
-    @classmethod
-    def freeze(cls) -> None:
-        """Move every object alive now (the recovered state) out of the collector's passes."""
-        gc.freeze()
-        cls.froze = True
-
-    @classmethod
-    def release(cls) -> None:
-        if cls.leaders == 0:
-            return
-        cls.leaders -= 1
-        if cls.leaders:
-            return
-        if cls.applied_threshold is not None and gc.get_threshold() == cls.applied_threshold:
-            assert cls.saved_threshold is not None
-            gc.set_threshold(*cls.saved_threshold)  # unless someone else changed it meanwhile
-        cls.saved_threshold = cls.applied_threshold = None
-        if cls.froze:
-            gc.unfreeze()  # what the last leadership kept alive can be collected again
-            cls.froze = False
 
 
 def wall_clock() -> int:
@@ -243,7 +194,7 @@ class Driver:
                     self._restored, config, now, recovered, {}, set(), count_quarantined=True
                 )
                 if recovered.tasks and collecting:
-                    _GcTuning.freeze()
+                    GcTuning.freeze()
             finally:
                 if collecting:
                     gc.enable()
@@ -252,7 +203,7 @@ class Driver:
         self.core = core
         self.role = Role.LEADER
         self._gc_tuned = True
-        _GcTuning.acquire(self._options.gc_young_threshold)
+        GcTuning.acquire(self._options.gc_young_threshold)
         log.info("leading with epoch %d", epoch)
         loop = asyncio.get_running_loop()
         self._commit_task, self._lost_commit = None, False
@@ -350,7 +301,7 @@ class Driver:
     def _untune_gc(self) -> None:
         if self._gc_tuned:
             self._gc_tuned = False
-            _GcTuning.release()
+            GcTuning.release()
 
     def _fail_queued(self, error: Exception) -> None:
         queue = self._queue

@@ -10,7 +10,8 @@ import gc
 from collections.abc import Iterator
 
 import pytest
-from cronoq.shard.driver import DriverOptions, _GcTuning
+from cronoq.shard.driver import DriverOptions
+from cronoq.shard.gc_tuning import GcTuning
 from cronoq.stores.memory import MemoryState, MemoryStore
 
 import cronoq
@@ -28,10 +29,10 @@ def default_collector() -> Iterator[None]:
     gc.unfreeze()
     # Drivers of earlier tests in this process may still be counted (a scheduler a test never
     # shut down); these tests count only their own.
-    _GcTuning.leaders, _GcTuning.applied_threshold, _GcTuning.saved_threshold = 0, None, None
+    GcTuning.leaders, GcTuning.applied_threshold, GcTuning.saved_threshold = 0, None, None
     yield
-    leaders = _GcTuning.leaders
-    _GcTuning.leaders, _GcTuning.applied_threshold, _GcTuning.saved_threshold = 0, None, None
+    leaders = GcTuning.leaders
+    GcTuning.leaders, GcTuning.applied_threshold, GcTuning.saved_threshold = 0, None, None
     gc.set_threshold(*saved)
     assert leaders == 0, "a driver that stopped still counts as leading"
 
