@@ -169,7 +169,11 @@ class Http1Handler(web.RequestHandler):
 
 # ==================================================================================== connections
 
-_HEAD, _REQUEST, _IDLE = "head", "request", "idle"
+_HEAD, _REQUEST, _IDLE, _CLOSING = "head", "request", "idle", "closing"
+# After a refusal: how long the client's further bytes are read and dropped before the socket
+# closes. Closing with unread bytes makes the kernel answer RST, which can destroy the refusal
+# before the client reads it ("lingering close", as web servers do).
+LINGER_S = 2.0
 
 
 class Connection(asyncio.Protocol):
@@ -211,6 +215,8 @@ class Connection(asyncio.Protocol):
         self._arm_head_timer()
 
     def data_received(self, data: bytes) -> None:
+        if self._state is _CLOSING:
+            return  # refused: what the client still sends is dropped until the socket closes
         inner = self._inner
         if inner is None:
             self._decide(data)
@@ -220,6 +226,8 @@ class Connection(asyncio.Protocol):
             inner.data_received(data)
 
     def eof_received(self) -> bool | None:
+        if self._state is _CLOSING:
+            return False  # the client read the refusal and hung up: close now
         return self._inner.eof_received() if self._inner is not None else None
 
     def pause_writing(self) -> None:
@@ -315,7 +323,14 @@ class Connection(asyncio.Protocol):
         reason = http.HTTPStatus(status).phrase
         transport.write(f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: "
                         f"{len(body)}\r\nconnection: close\r\n\r\n".encode() + body)  # fmt: skip
-        transport.close()
+        if not transport.can_write_eof():
+            transport.close()  # TLS: close_notify follows the answer
+            return
+        # The answer, then FIN; the socket closes when the client does, or LINGER_S later.
+        self._state = _CLOSING
+        self._cancel_head_timer()
+        transport.write_eof()
+        self._head_timer = self._loop.call_later(min(LINGER_S, self._bounds.header_timeout_s), transport.close)
 
     # ------------------------------------------------------------------------ timers
 
