@@ -135,8 +135,10 @@ def test_producer_bench_reports_the_cost_of_each_way_to_submit(postgres_dsn: str
     for case, result in results.items():
         assert "error" not in result, result
         assert result["tasks_per_s"] > 0 and result["ack_p50_ms"] <= result["ack_p99_ms"]
-        assert result["server_cpu_us_per_task"] > 0 and result["client_cpu_us_per_task"] > 0, case
+        # CPU comes from /proc in clock ticks (10 ms): a run this small may cost a process none.
+        assert result["server_cpu_us_per_task"] >= 0 and result["client_cpu_us_per_task"] >= 0, case
         assert result["shed_tasks"] == 0
+    assert sum(result["server_cpu_us_per_task"] for result in results.values()) > 0  # yet measured
     assert results["grpc_submit_c64"]["calls"] == 200 and results["http_submit_c64"]["calls"] == 200
     coalesced = results["grpc_submit_c64_coalesced"]
     assert coalesced["calls"] == 200 and 1 <= coalesced["submit_batch_calls"] < 200
