@@ -49,6 +49,9 @@ SHUTDOWN_LINGER_S = 1.0
 """After Shutdown, how long a Work stream stays open for the worker to close it."""
 BATCH_HEADROOM = 4096
 """Bytes a batch leaves unused below its limit, for the framing around its leases."""
+_NO_OUTPUT = Success(Blob(b"", ""))
+"""The outcome of every completion without output or content type (most of them): immutable,
+so one instance serves them all instead of three new objects per task."""
 
 PrincipalOf = Callable[[Any], Principal]
 
@@ -338,7 +341,10 @@ class _WorkStream:
                 service.worker_heartbeat(session, beat.lease)
         # The outcomes of the message go to the shard together (one engine command), in order;
         # the shard skips those of leases the stream no longer holds.
-        reports: list[tuple[int, Outcome]] = [(done.lease, Success(_output(done))) for done in batch.completes]
+        reports: list[tuple[int, Outcome]] = [
+            (done.lease, Success(_output(done)) if done.output or done.content_type else _NO_OUTPUT)
+            for done in batch.completes
+        ]
         for fail in batch.fails:
             reports.append((fail.lease, _failure(fail)))
         for cancelled in batch.cancelled:
