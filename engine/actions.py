@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from .types import Priority, RecurringSpec, TaskSpec, TaskStatus
+from .types import Opaque, Priority, RecurringSpec, TaskSpec, TaskStatus
 
 
 @dataclass(slots=True)
@@ -59,7 +59,7 @@ class SetStatus:
     at: int
     message: str | None = None
     retry_at: int | None = None
-    output: object = None
+    output: Opaque = None
     has_output: bool = False
 
 
@@ -92,7 +92,7 @@ class Lease:
     attempt: int
     pool: str
     group: Mapping[str, str]
-    payload: object
+    payload: Opaque
     kind: str
     key: str | None
     priority: Priority
@@ -143,7 +143,7 @@ class Resolve:
     attempt: int
     at: int
     message: str | None = None
-    output: object = None
+    output: Opaque = None
     has_output: bool = False
 
     @property

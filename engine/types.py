@@ -9,7 +9,7 @@ import enum
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, TypeAlias
 
 NS_PER_S: Final = 1_000_000_000
 NS_PER_MS: Final = 1_000_000
@@ -198,6 +198,11 @@ class RetryPolicy:
         return delay if delay < ceiling else ceiling
 
 
+# What the engine carries for its callers and never reads: payloads and outputs. A name of its own
+# also lets mypyc compile the dataclasses that hold one (it fetches a field's type by the name
+# written in the annotation from the module's globals, where `object` is not).
+Opaque: TypeAlias = object
+
 EMPTY_STR_MAP: Final[Mapping[str, str]] = {}
 EMPTY_INT_MAP: Final[Mapping[str, int]] = {}
 
@@ -206,7 +211,7 @@ EMPTY_INT_MAP: Final[Mapping[str, int]] = {}
 class TaskSpec:
     """Everything a submission says about a task. ``pool=None`` means the default pool."""
 
-    payload: object = None
+    payload: Opaque = None
     pool: str | None = None
     kind: str = "default"
     priority: Priority = Priority.NORMAL
@@ -246,7 +251,7 @@ RECURRING_TAG: Final = "cronoq.recurring"
 
 @dataclass(frozen=True, slots=True)
 class Success:
-    output: object = None
+    output: Opaque = None
 
 
 @dataclass(frozen=True, slots=True)
