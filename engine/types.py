@@ -9,7 +9,7 @@ import enum
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Final, TypeAlias
+from typing import Final, TypeAlias, TypeVar
 
 NS_PER_S: Final = 1_000_000_000
 NS_PER_MS: Final = 1_000_000
@@ -288,6 +288,9 @@ class SubmitCode(enum.Enum):
     INVALID = "invalid"
 
 
+_Raised = TypeVar("_Raised", bound=BaseException)
+
+
 class EngineError(Exception):
     """Base of errors raised by the engine."""
 
@@ -340,4 +343,14 @@ class EngineFault(Exception):
                 error.task_id, error.schedule = task_id, schedule
             return error
         what = f"task {task_id}" if task_id is not None else f"schedule {schedule!r}" if schedule else "the engine"
-        return cls(f"{type(error).__name__} while handling {what}: {error}", task_id=task_id, schedule=schedule)
+        fault = cls(f"{type(error).__name__} while handling {what}: {error}", task_id=task_id, schedule=schedule)
+        return caused_by(fault, error)
+
+
+def caused_by(error: _Raised, cause: BaseException | None) -> _Raised:
+    """``error`` with ``cause`` as its ``__cause__`` (``None``: no cause, and the exception being
+    handled not shown as its context), exactly as ``raise error from cause`` sets them. The engine
+    compiled by mypyc (scripts/build_engine.py) raises ``raise ... from ...`` as a plain ``raise``,
+    so its modules state the cause with this too: ``raise caused_by(error, None) from None``."""
+    error.__cause__ = cause
+    return error
