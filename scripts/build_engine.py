@@ -3,6 +3,8 @@
     python scripts/build_engine.py           # build, or do nothing when the build is current
     python scripts/build_engine.py --clean   # remove the compiled modules: pure Python again
 
+With CRONOQ_PURE_PYTHON=1 in the environment it compiles nothing (and the engine ignores a build).
+
 `make venv` runs it after the editable install. The extensions land beside the sources in
 `engine/` (git ignores them), so the editable install imports them; `engine/_native.py` decides
 at import whether they are used (see there: `CRONOQ_PURE_PYTHON=1`, or a build older than the
@@ -78,12 +80,14 @@ def stage(paths: list[Path], interpreted: tuple[str, ...]) -> Path:
     return tree
 
 
-def build(paths: list[Path], interpreted: tuple[str, ...]) -> None:
+def build(paths: list[Path], rules: ModuleType) -> str:
+    """Compile ``paths`` and return the digest of the sources compiled (the staged copies: a file
+    edited while the build runs makes the build stale, not wrongly current)."""
     # Imported here: `--clean` and the up-to-date check need neither mypy nor setuptools.
     from mypyc.build import mypycify
     from setuptools import Distribution
 
-    tree = stage(paths, interpreted)
+    tree = stage(paths, rules.INTERPRETED)
     staged = [str(tree / "cronoq" / "engine" / path.name) for path in paths]
     previous = Path.cwd()
     os.chdir(tree)
@@ -104,6 +108,7 @@ def build(paths: list[Path], interpreted: tuple[str, ...]) -> None:
         distribution.run_command("build_ext")
     finally:
         os.chdir(previous)
+    return str(rules.sources_digest(str(tree / "cronoq" / "engine")))
 
 
 def main() -> int:
@@ -114,6 +119,10 @@ def main() -> int:
         clean()
         return 0
     rules = native_rules()
+    if os.environ.get(rules.PURE_PYTHON_SWITCH, "") not in ("", "0"):
+        switch = rules.PURE_PYTHON_SWITCH
+        print(f"build_engine: {switch} is set: the engine runs its sources, nothing to compile", file=sys.stderr)
+        return 0
     paths = compiled_sources(rules.INTERPRETED)
     digest = rules.sources_digest(str(ENGINE))
     if STAMP.exists() and STAMP.read_text().strip() == digest and len(built_extensions()) == len(paths) + 1:
@@ -121,8 +130,7 @@ def main() -> int:
         return 0
     clean()
     started = time.monotonic()
-    build(paths, rules.INTERPRETED)
-    STAMP.write_text(digest + "\n")
+    STAMP.write_text(build(paths, rules) + "\n")
     print(f"build_engine: compiled {len(paths)} modules in {time.monotonic() - started:.0f} s", file=sys.stderr)
     return 0
 
