@@ -130,7 +130,18 @@ def main() -> int:
         return 0
     clean()
     started = time.monotonic()
-    STAMP.write_text(build(paths, rules) + "\n")
+    try:
+        built_from = build(paths, rules)
+    except (Exception, SystemExit):
+        # No half-built engine is left behind (the sources run without one); the cause is above.
+        clean()
+        print(
+            "build_engine: compiling the engine failed (it needs a C compiler and the Python headers);"
+            f" with {rules.PURE_PYTHON_SWITCH}=1 set, make skips it and the engine runs its sources",
+            file=sys.stderr,
+        )
+        return 1
+    STAMP.write_text(built_from + "\n")
     print(f"build_engine: compiled {len(paths)} modules in {time.monotonic() - started:.0f} s", file=sys.stderr)
     return 0
 
