@@ -14,8 +14,9 @@ and starts), ``Outcomes`` (leases, ends, retention), ``Holds`` (fixed starts), `
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 
-from . import invariants, recovery
+from . import handover, invariants, recovery
 from .actions import Recovered, StepOutput
 from .config import CoreConfig, PoolConfig
 from .parts import build
@@ -369,6 +370,20 @@ class Core:
                 self.set_group_capacity(now, old_pool.name, group.labels, group.capacity)
         self.dispatch_enabled = old.dispatch_enabled
         self.emit_transitions = old.emit_transitions
+
+    def join_pool(self, now: int, config: PoolConfig, recovered: Recovered) -> handover.Adopted:
+        """Add a pool handed over from another shard to this running engine, with its stored tasks
+        and schedules (``recovered`` holds only that pool's rows); see ``handover.py``."""
+        handover.join(self._parts, config, self.config.metrics_window, now)
+        self.config = replace(self.config, pools=(*self.config.pools, config))
+        return handover.adopt(self._parts, now, recovered)
+
+    def release_pool(self, pool_name: str) -> handover.Released:
+        """Let go of a drained pool handed over to another shard, and of everything of it; the
+        engine's other pools are untouched (see ``handover.py``)."""
+        released = handover.release(self._parts, pool_name)
+        self.config = replace(self.config, pools=tuple(p for p in self.config.pools if p.name != pool_name))
+        return released
 
     def note_engine_errors(self, count: int) -> None:
         """Count internal errors its driver contained (they belong to no pool)."""
