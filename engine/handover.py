@@ -32,6 +32,8 @@ class Released:
     live: int
     terminal: int
     schedules: list[str] = field(default_factory=list)
+    ids: list[int] = field(default_factory=list)
+    """Every task id let go of (whoever waits here for one of them must ask the pool's new shard)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,4 +113,4 @@ def release(parts: Parts, name: str) -> Released:
     parts.admission.drop_pool(pool)
     del parts.pools[name]
     parts.pool_list.remove(pool)
-    return Released(live, len(dropped) - live, schedules)
+    return Released(live, len(dropped) - live, schedules, [task.id for task in dropped])

@@ -34,6 +34,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cronoq.engine.actions import Recovered
+
 from ._schema import POOL_MOVES_VERSION
 from .base import Corrupt, Fenced, StoreError, Unavailable
 from .placements import MAX_NAME, notify_sql, pg_connection
@@ -44,6 +46,7 @@ __all__ = [
     "MoveRow",
     "forwarded_to",
     "read_moves",
+    "recover_pool",
     "request_move",
     "set_move_phase",
     "transfer",
@@ -193,6 +196,57 @@ async def forwarded_to(store: Any, task_id: int) -> tuple[str, str, int] | None:
             f"SELECT pool, shard, version FROM {s}.cronoq_forwarded WHERE id = $1", _db_id(task_id)
         )
     return None if row is None else (str(row["pool"]), str(row["shard"]), int(row["version"]))
+
+
+async def recover_pool(store: Any, pool: str, now: int, retention: int,
+                       template_pool: Callable[[str], str | None]) -> Recovered:  # fmt: skip
+    """The rows of ``pool`` in a running leader's Postgres store, as recovery would read them (its
+    live tasks, those finished within the retention window, the terminal parents they name, and
+    the schedules whose template names it): what a target adds to its running engine once a move
+    handed the pool over, and what a source takes back when the handover was refused."""
+    from . import _pg_events as E
+    from . import _row_decode as D
+    from . import _rows as R
+    from .postgres import quote_schema
+
+    s = quote_schema(store.schema)
+    cols = ", ".join(R.READ_COLUMNS)
+    rec = D.Recovery(store.codec, now)
+    cutoff = now - retention
+    async with pg_connection(store) as conn, conn.transaction(isolation="repeatable_read"):
+        events = E.EventFold([r[0] for r in await conn.fetch(E.read_events_sql(s))])
+        rows = await conn.fetch(
+            f"SELECT {cols} FROM {s}.cronoq_tasks WHERE pool = $1 AND (finished_at IS NULL OR finished_at >= $2)"
+            " ORDER BY id",
+            pool,
+            cutoff,
+        )
+        rec.add_rows([events.apply(row) for row in rows])
+        ids, keys = rec.missing_parents()
+        if ids or keys:
+            parents = await conn.fetch(
+                f"SELECT {cols} FROM {s}.cronoq_tasks"
+                " WHERE pool = $1 AND (id = ANY($2::bigint[]) OR key = ANY($3::text[]))",
+                pool,
+                ids,
+                keys,
+            )
+            rec.add_parents([events.apply(p) for p in parents], ids, keys)
+        schedules = [
+            row
+            for row in await conn.fetch(
+                f"SELECT {', '.join(R.RECURRING_COLUMNS)} FROM {s}.cronoq_recurring ORDER BY name"
+            )
+            if template_pool(row["spec"]) == pool
+        ]
+    recovered = Recovered(tasks=rec.ordered(), quarantined=len(rec.quarantined))
+    for row in schedules:
+        try:
+            recovered.recurring.append(D.decode_recurring(row, store.codec))
+        except Corrupt as exc:
+            D.log_bad_recurring(row[0], exc)
+            recovered.quarantined += 1
+    return recovered
 
 
 def _db_id(task_id: int) -> int:

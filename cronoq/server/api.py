@@ -104,6 +104,8 @@ class Api:
         self.drain: Callable[[MoveRow, bool], None] = lambda move, start: None
         """Start (True) or stop draining a pool for ``move`` (the app's ``_drain``)."""
         self.incoming: frozenset[str] = frozenset()
+        self.leaving: dict[str, str] = {}
+        """Pools this leader is handing over right now, and to which shard (UNAVAILABLE meanwhile)."""
         """Pools handed to this shard that the next leadership will serve (UNAVAILABLE until then)."""
 
     def adopt(self, config: Config, topology: Topology) -> None:
@@ -148,6 +150,8 @@ class Api:
     def check_pool(self, principal: Principal, pool: str) -> None:
         """A pool a request names: in scope, known, and served here."""
         principal.check_pool(pool, self._all_pools)
+        if self.leaving and pool in self.leaving:
+            raise ApiError.unavailable(f"pool {pool!r} is moving to shard {self.leaving[pool]!r}; retry shortly")
         if pool not in self._pool_set and pool in self.incoming:
             raise ApiError.unavailable(f"pool {pool!r} is being handed to this shard; retry shortly")
         if pool not in self._pool_set:
