@@ -382,6 +382,8 @@ class Core:
         """Let go of a drained pool handed over to another shard, and of everything of it; the
         engine's other pools are untouched (see ``handover.py``)."""
         released = handover.release(self._parts, pool_name)
+        if self._parts.default_pool.name == pool_name:
+            self._parts = replace(self._parts, default_pool=self._pool_list[0])
         self.config = replace(self.config, pools=tuple(p for p in self.config.pools if p.name != pool_name))
         return released
 

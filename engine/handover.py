@@ -85,12 +85,12 @@ def adopt(parts: Parts, now: int, recovered: Recovered) -> Adopted:
 def release(parts: Parts, name: str) -> Released:
     """Let go of pool ``name`` and everything of it: tasks (live and retained), keys, schedules,
     waiters and timers. The pool must have no running attempt (it was drained) and must not be
-    the engine's default pool, which tasks and schedules naming no pool fall back to."""
+    the engine's only pool. The caller replaces ``parts.default_pool`` if it was that pool."""
     pool = parts.pools.get(name)
     if pool is None:
         raise ConfigError(f"unknown pool {name!r}")
-    if pool is parts.default_pool:
-        raise ConfigError(f"pool {name!r} is this engine's default pool")
+    if len(parts.pool_list) == 1:
+        raise ConfigError(f"pool {name!r} is this engine's only pool")
     if pool.busy:
         raise ConfigError(f"pool {name!r} still has {pool.busy} attempts running")
     schedules = parts.recurring.drop_pool(pool)
@@ -113,4 +113,9 @@ def release(parts: Parts, name: str) -> Released:
     parts.admission.drop_pool(pool)
     del parts.pools[name]
     parts.pool_list.remove(pool)
+    if pool is parts.default_pool:
+        # What names no pool goes to the first one left (a server always names the pool; this
+        # keeps the engine whole for callers that do not).
+        parts.intake.set_default_pool(parts.pool_list[0])
+        parts.recurring.set_default_pool(parts.pool_list[0])
     return Released(live, len(dropped) - live, schedules, [task.id for task in dropped])

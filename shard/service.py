@@ -434,6 +434,7 @@ class ShardService:
         for session in self.workers.in_pools({pool}):
             with contextlib.suppress(WorkerGone):
                 session.send(ShutdownOut(f"pool {pool!r} moved to another shard", True))
+            self.workers.remove(session)  # it holds no lease (drained); the engine has no group of it now
         return released
 
     async def join_pool(self, config: PoolConfig, recovered: Recovered) -> Adopted:

@@ -608,6 +608,13 @@ async def _pg_transfer(store: Any, epoch: int, move: MoveRow, source_shard: str,
     async with pg_connection(store) as conn, conn.transaction():
         if await conn.fetchval(fence_sql(s), epoch, store.holder) is None:
             raise Fenced(f"epoch {epoch} no longer leads schema {store.schema}")
+        # The leader serves while it hands a pool over: an abort may have come first. Locking the
+        # move's row orders the two.
+        phase = await conn.fetchval(
+            f"SELECT phase FROM {s}.cronoq_moves WHERE pool = $1 AND move_id = $2 FOR UPDATE", move.pool, move.move_id
+        )
+        if phase not in ACTIVE:
+            raise MoveRefused(f"the move of pool {move.pool!r} is {phase!r}")
         await _pg_check_target(conn, target_schema, move.target)
         task_cols = ", ".join(f'"{c}"' for c in await _pg_columns(conn, store.schema, "cronoq_tasks"))
         rec_cols = ", ".join(f'"{c}"' for c in await _pg_columns(conn, store.schema, "cronoq_recurring"))

@@ -25,6 +25,7 @@ from typing import Any
 
 import grpc
 
+from cronoq.cluster.topology import Topology
 from cronoq.config import (
     Config,
     MemoryStoreConfig,
@@ -425,7 +426,7 @@ class ServerApp:
                 await service.join_pool(self._pool_config(self.config, move.pool), rows)
                 return True
             service.driver.pools_away.discard(move.pool)
-            await self._placed()
+            self._serve(*await placed_config(self.file_config, self.store))
             return True
         except asyncio.CancelledError:
             raise
@@ -459,7 +460,7 @@ class ServerApp:
         moves = self.moves
         assert moves is not None
         try:
-            placed, _ = await placed_config(self.file_config, self.store)
+            placed, topology = await placed_config(self.file_config, self.store)
             for pool in sorted(arriving):
                 rows = await moves.rows(pool, self._clock(), self._core_config.retention)
                 adopted = await service.join_pool(self._pool_config(placed, pool), rows)
@@ -468,7 +469,7 @@ class ServerApp:
                 if adopted.key_clashes:
                     log.error("pool %r: keys already held by other pools here keep naming those tasks: %s", pool,
                               adopted.key_clashes[:5])  # fmt: skip
-            await self._placed()
+            self._serve(placed, topology)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -476,9 +477,8 @@ class ServerApp:
                         exc)  # fmt: skip
             self._relead.set()
 
-    async def _placed(self) -> None:
-        """Serve and route by the shard's durable placements as they are now."""
-        placed, topology = await placed_config(self.file_config, self.store)
+    def _serve(self, placed: Config, topology: Topology) -> None:
+        """Serve and route by the shard's durable placements as ``placed_config`` read them."""
         self.config = placed
         self._core_config = core_config(placed)
         self.api.adopt(placed, topology)

@@ -143,8 +143,9 @@ def test_refusals() -> None:
     source.submit("r", pool="moving")
     with pytest.raises(ConfigError, match="running"):
         source.core.release_pool("moving")
-    with pytest.raises(ConfigError, match="default pool"):
-        source.core.release_pool("default")
+    source.core.withhold("default")
+    with pytest.raises(ConfigError, match="only pool"):
+        engine(1, "moving").core.release_pool("moving")
     with pytest.raises(ConfigError, match="already"):
         source.core.join_pool(source.now, moving_config(), Recovered())
 
@@ -226,3 +227,12 @@ def test_overlap_guard_of_a_moved_schedule_still_applies() -> None:
     hand_over(source, target)
     target.advance(120)
     assert target.core.list_recurring()[0].name == "slow"
+
+
+def test_the_default_pool_can_leave_and_tasks_naming_no_pool_go_to_the_first_one_left() -> None:
+    source = engine(1, "default", "staying")
+    source.core.release_pool("default")
+    source.step()
+    assert source.core.default_pool == "staying"
+    task = source.submit("x")
+    assert source.info(task).pool == "staying"
