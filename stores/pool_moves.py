@@ -613,7 +613,9 @@ async def _pg_transfer(store: Any, epoch: int, move: MoveRow, source_shard: str,
         phase = await conn.fetchval(
             f"SELECT phase FROM {s}.cronoq_moves WHERE pool = $1 AND move_id = $2 FOR UPDATE", move.pool, move.move_id
         )
-        if phase not in ACTIVE:
+        if phase == "done":
+            return Transferred(0, 0)  # carried out already: repeating it changes nothing
+        if phase in ("aborted", "refused"):
             raise MoveRefused(f"the move of pool {move.pool!r} is {phase!r}")
         await _pg_check_target(conn, target_schema, move.target)
         task_cols = ", ".join(f'"{c}"' for c in await _pg_columns(conn, store.schema, "cronoq_tasks"))
