@@ -105,6 +105,13 @@ class PoolMoves:
         transaction and the target is notified by its commit); otherwise in a takeover."""
         return self.notified
 
+    async def fold(self) -> None:
+        """Fold the store's status event log into its task rows now (Postgres), so that the
+        handover, which folds it first thing, finds little left to fold."""
+        compact = getattr(self.store, "compact", None)
+        if compact is not None:
+            await compact()
+
     async def hand_over(self, epoch: int, move: MoveRow) -> bool:
         """Carry out ``move`` under a running leadership whose engine has let go of the pool: the
         same fenced transaction as ``carry_out``. False if a check refused it (marked so, with the
@@ -149,10 +156,10 @@ class PoolMoves:
         return await forwarded_to(self.store, task_id)
 
     async def watch(self, serving: Callable[[], frozenset[str]], known: frozenset[str],
-                    changed: Callable[[frozenset[str]], bool]) -> None:  # fmt: skip
+                    changed: Callable[[frozenset[str], dict[str, tuple[str, int]]], bool]) -> None:  # fmt: skip
         """Until cancelled: call ``changed`` with the pools of ``known`` the shard's record places
-        on it, whenever they are other than ``serving()`` (a pool handed to it, or given away);
-        it answers whether to keep watching. On Postgres the commit that changes the record
+        on it and the record, whenever they are other than ``serving()`` (a pool handed to it, or
+        given away); it answers whether to keep watching. On Postgres the commit that changes the record
         notifies; the record is read again at once, and every ``NOTIFIED_POLL_S`` in case a
         notification was missed."""
         while True:
@@ -163,7 +170,7 @@ class PoolMoves:
                         placements = await watch.read()
                         placed = frozenset(pool for pool, (shard, _) in placements.items()
                                            if shard == self.shard and pool in known)  # fmt: skip
-                        if placements and placed != serving() and not changed(placed):
+                        if placements and placed != serving() and not changed(placed, dict(placements)):
                             return
                         await watch.wait(every)
             except asyncio.CancelledError:
