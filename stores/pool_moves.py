@@ -3,8 +3,9 @@
 The source shard keeps ``cronoq_moves`` (the latest move of each pool: its id, target, version,
 phase) and ``cronoq_forwarded`` (ids handed over, and where to). A move is recorded by the
 source's leader (``request_move``, fenced by its epoch; phase ``draining`` while the pool's running
-attempts end, then ``requested``); the next leader of the source carries it out before it recovers
-the store (``transfer``), while no engine runs on the source:
+attempts end, then ``requested``). It is carried out (``transfer``) by that leader once its engine
+let go of the pool (Postgres), or else by the next leader of the source before it recovers the
+store; either way no engine of the source holds the pool while its rows change hands:
 
 * Postgres (both schemas in one database): one transaction, fenced by the source's epoch, copies
   the pool's task rows (with their status transitions) and schedules into the target's schema,
@@ -17,6 +18,9 @@ the store (``transfer``), while no engine runs on the source:
   the target's half being a no-op the second time, and it can no longer be aborted (the target
   may own the pool already). The source never leads with a move pending past ``draining``, so
   only the target can serve the pool.
+
+``recover_pool`` reads one pool's rows back the way recovery would: what a target's running
+engine adds when the pool arrives, or a source's when a handover was refused.
 
 Before anything is written the move is checked against both stores: live dependency edges between
 the pool and other pools of the source, keys of the pool already used in the target, schedule

@@ -1,11 +1,13 @@
 """Moving pools between shards, as one server takes part (``docs/pool-moves.md``).
 
 The source's leader records the move (``draining``) and lets the pool's running attempts end
-there while it starts no new one (the app's ``_drain``); once none runs, the move is ``requested``
-and the leader steps down. Whichever replica leads the source next carries the move out before
-recovering its store (``carry_out``), so no engine of the source runs while the pool's rows change
-hands. The target's leader notices the new placement in its own record (``watch``) and steps down
-too; its next leadership serves the pool.
+there while it starts no new one (the app's ``_drain``); once none runs, the move is ``requested``.
+On Postgres the leader then hands the pool over while it leads (``hand_over``, after its engine let
+go of the pool), and the target's leader, told by the handover's commit (``watch``), reads the
+pool's rows (``rows``) and adds the pool to its running engine. Where that is not possible (SQLite,
+a failure half-way, a leader that died), the source's leader steps down and whichever replica leads
+the source next carries the move out before recovering its store (``carry_out``); the target's
+leader then steps down too, and its next leadership serves the pool.
 """
 
 from __future__ import annotations
