@@ -228,7 +228,13 @@ class Api:
     def _foreign_dependency(self, exc: AdmissionError, specs: Sequence[TaskSpec]) -> ApiError | None:
         """The refusal of a dependency on a task another shard created and this one does not hold:
         with pool moves the id alone no longer decides (a moved pool's tasks keep their ids), so it
-        is told once the engine did not find it."""
+        is told once the engine did not find it. Also a pool that left the engine meanwhile."""
+        if exc.code is SubmitCode.UNKNOWN_POOL and self.moves is not None:
+            # Checked as served, then the engine let go of it for a move before the submission
+            # reached it: the pool is changing shards, and the caller retries.
+            pool = specs[exc.index or 0].pool
+            if pool is not None and pool in self._all_pools:
+                return ApiError.unavailable(f"pool {pool!r} is changing shards; retry shortly")
         if exc.code is not SubmitCode.UNKNOWN_DEPENDENCY or not self.config.sharded:
             return None
         spec = specs[exc.index or 0]
