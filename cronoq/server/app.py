@@ -410,22 +410,23 @@ class ServerApp:
         """Carry out a drained ``move`` while leading (docs/pool-moves.md): the engine lets go of
         the pool, its rows go to the target in one fenced transaction, and this node routes the
         pool there; no other pool notices. False: it is left to the next leadership instead (the
-        pool is this engine's default one, or the store failed with the pool let go of)."""
+        pool is this engine's only one, or the store failed with the pool let go of)."""
         assert self.moves is not None
         epoch = service.driver.epoch or 0
-        self.api.leaving = {**self.api.leaving, move.pool: move.target}
         try:
             # Fold the event log into the rows while the pool still admits: the handover folds
             # again after the engine let go of the pool, with little left to do then.
             await self.moves.fold()
         except Exception as exc:  # the store's troubles: the handover below meets them too
             log.debug("compacting before a handover: %s", exc)
+        # From here until the pool is served by the target (or again here), callers retry.
+        self.api.leaving = {**self.api.leaving, move.pool: move.target}
         started = time.monotonic()
         try:
             try:
                 await service.release_pool(move.pool)
                 released = time.monotonic()
-            except ConfigError as refused:  # the engine's default pool: a takeover moves it
+            except ConfigError as refused:  # its only pool, or an abort let an attempt start
                 log.info("pool %r is moved in a takeover: %s", move.pool, refused)
                 return False
             if not await self.moves.hand_over(epoch, move):
