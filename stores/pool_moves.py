@@ -244,12 +244,7 @@ async def recover_pool(store: Any, pool: str, now: int, retention: int,
             if template_pool(row["spec"]) == pool
         ]
     recovered = Recovered(tasks=rec.ordered(), quarantined=len(rec.quarantined))
-    for row in schedules:
-        try:
-            recovered.recurring.append(D.decode_recurring(row, store.codec))
-        except Corrupt as exc:
-            D.log_bad_recurring(row[0], exc)
-            recovered.quarantined += 1
+    D.add_recurring(recovered, schedules, store.codec)
     return recovered
 
 
