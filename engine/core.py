@@ -266,8 +266,11 @@ class Core:
     def withhold(self, pool_name: str, withheld: bool = True) -> None:
         """Start no attempt of pool ``pool_name`` while ``withheld`` (its running attempts go on and
         end as usual; tasks are still admitted and wait). A pool moving to another shard drains
-        this way (docs/pool-moves.md), so that no attempt of it is running when it is handed over."""
-        pool = self._pools[pool_name]
+        this way (docs/pool-moves.md), so that no attempt of it is running when it is handed over.
+        A pool this engine no longer has (it was handed over meanwhile) is left alone."""
+        pool = self._pools.get(pool_name)
+        if pool is None:
+            return
         if withheld:
             self._dispatcher.withheld.add(pool)
         elif pool in self._dispatcher.withheld:
@@ -275,8 +278,9 @@ class Core:
             self._dispatcher.mark_dirty(pool)
 
     def running_in(self, pool_name: str) -> int:
-        """How many attempts of pool ``pool_name`` are running."""
-        return self._pools[pool_name].busy
+        """How many attempts of pool ``pool_name`` are running (none: a pool this engine lacks)."""
+        pool = self._pools.get(pool_name)
+        return 0 if pool is None else pool.busy
 
     # ------------------------------------------------------------------------------------------
     # Recurring schedules

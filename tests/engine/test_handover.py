@@ -236,3 +236,11 @@ def test_the_default_pool_can_leave_and_tasks_naming_no_pool_go_to_the_first_one
     assert source.core.default_pool == "staying"
     task = source.submit("x")
     assert source.info(task).pool == "staying"
+
+
+def test_an_abort_arriving_after_the_pool_left_changes_nothing() -> None:
+    source = engine(1, "staying", "moving")
+    source.core.release_pool("moving")
+    source.core.withhold("moving", False)  # the abort's "start attempts again", too late
+    assert source.core.running_in("moving") == 0
+    source.step()
