@@ -239,7 +239,9 @@ class Connection(asyncio.Protocol):
         if self._state is _CLOSING:
             return  # refused: what the client still sends is dropped until the socket closes
         inner = self._inner
-        if inner is None:
+        if self._lean is not None:
+            self._http1_data(data)
+        elif inner is None:
             self._decide(data)
         elif self._http1:
             self._http1_data(data)
@@ -299,15 +301,19 @@ class Connection(asyncio.Protocol):
         transport = self._transport
         assert transport is not None
         self._http1 = http1
-        inner = self._inner = self._listener.http1() if http1 else self._listener.http2()
-        inner.connection_made(transport)
         if http1 and self._listener.lean:
+            # aiohttp's protocol is made only when the connection is handed to it: until then it
+            # would count the connection as idle (and close it after its keep-alive time).
             self._lean = bytearray()
+        else:
+            inner = self._inner = self._listener.http1() if http1 else self._listener.http2()
+            inner.connection_made(transport)
         if first and not transport.is_closing():
             if http1:
                 self._http1_data(first)
             else:
-                inner.data_received(first)
+                assert self._inner is not None
+                self._inner.data_received(first)
 
     # ------------------------------------------------------------------------ HTTP/1.1 heads
 
@@ -375,6 +381,9 @@ class Connection(asyncio.Protocol):
             return
         if end < 0:
             self._head_bytes = head_size  # the head timer answers 408 if it never completes
+            if self._lean_paused:  # what is buffered is less than a head: read the rest
+                self._lean_paused = False
+                transport.resume_reading()
             return
         parsed = lean_head(bytes(buffer[:end]), bounds.max_headers, bounds.max_body_bytes)
         if parsed is None or len(buffer) < head_size + parsed[1]:
@@ -384,9 +393,10 @@ class Connection(asyncio.Protocol):
         body = bytes(buffer[head_size : head_size + length])
         del buffer[: head_size + length]
         self._state = _REQUEST
+        self._listener.lean_requests += 1
         request = LeanRequest(headers, body, transport)
         self._lean_task = self._loop.create_task(self._lean_serve(request, transport))
-        if self._lean_paused:
+        if self._lean_paused and len(buffer) <= self._buffer_limit():
             self._lean_paused = False
             transport.resume_reading()
 
@@ -395,6 +405,11 @@ class Connection(asyncio.Protocol):
         assert self._lean is not None and self._lean_task is None
         data = bytes(self._lean)
         self._lean = None
+        assert self._transport is not None
+        inner = self._inner = self._listener.http1()
+        inner.connection_made(self._transport)
+        if self._write_paused:
+            inner.pause_writing()
         if self._idle_timer is not None:
             self._idle_timer.cancel()
             self._idle_timer = None
@@ -435,8 +450,9 @@ class Connection(asyncio.Protocol):
     def _idle_timer_fired(self) -> None:
         """Like ``_head_timer_fired``, one timer for many requests: close an idle connection."""
         self._idle_timer = None
-        if self._lean is None or self._state is not _IDLE or self._lean_task is not None:
-            return  # a request is in progress (its own timers bound it) or aiohttp serves it
+        if self._lean is None or self._state is not _IDLE or self._lean_task is not None or self._write_paused:
+            return  # a request is in progress or answers wait to be read (their own timers bound
+            # them), or aiohttp serves the connection
         left = self._idle_since + self._bounds.idle_timeout_s - self._loop.time()
         if left > 0:
             self._idle_timer = self._loop.call_later(left, self._idle_timer_fired)
@@ -510,7 +526,7 @@ class Connection(asyncio.Protocol):
     @property
     def decided(self) -> bool:
         """The connection has said which protocol it speaks."""
-        return self._inner is not None
+        return self._inner is not None or self._lean is not None
 
     def close(self) -> None:
         if self._transport is not None:
@@ -519,10 +535,10 @@ class Connection(asyncio.Protocol):
     def retire(self, grace_s: float) -> None:
         """Close without cutting an answer short: at once while undecided, HTTP/1.1 once the
         request in progress is answered, HTTP/2 with GOAWAY (open streams get ``grace_s``)."""
-        if self._inner is None:
-            self.close()
-        elif self._lean is not None:
+        if self._lean is not None:
             self.retire_lean(grace_s)
+        elif self._inner is None:
+            self.close()
         else:
             retire(self._inner, grace_s)
 
@@ -590,6 +606,8 @@ class Listener:
         self.refused = 0
         self.slow_heads = 0
         self.stalled = 0
+        self.lean_requests = 0
+        """Requests the lean HTTP/1.1 path served (the rest went to aiohttp or HTTP/2)."""
 
     @property
     def handler(self) -> Callable[[Any], Any]:
