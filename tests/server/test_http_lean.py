@@ -183,7 +183,7 @@ async def test_a_client_that_never_reads_its_lean_answers_is_cut_off(gw: Running
     # never read: the server stops reading (its buffer is bounded), and once its answers have
     # waited write_stall_timeout_s the connection is reset.
     request = submit(b"{}", token=None) * 100
-    async with connection(gw) as (reader, writer):
+    async with connection(gw) as (_, writer):
         writer.transport.pause_reading()  # its answers stay in the sockets' buffers
 
         async def flood() -> None:
