@@ -11,8 +11,9 @@ the plainest possible case, which needs no judgement that aiohttp's parser would
 - every header line is a token, a colon and a value of visible ASCII and spaces (no obs-fold, no
   control or non-ASCII bytes, no space before the colon), at most ``max_headers`` of them, no name
   given twice;
-- ``Content-Length`` is given, all digits, at most ``max_body`` (so a 413 is aiohttp's to give) and
-  the whole body has arrived;
+- ``Content-Length`` is given, all digits, at most ``max_body`` (``LEAN_MAX_BODY_BYTES`` or
+  ``limits.max_http_body_bytes`` if lower, so a 413 is aiohttp's to give) and the whole body has
+  arrived;
 - no ``Transfer-Encoding``, ``Expect``, ``Upgrade``, and no ``Connection`` other than keep-alive.
 
 Anything else goes to aiohttp, which from then on serves the connection for its whole life (so
@@ -35,9 +36,14 @@ from aiohttp.http import SERVER_SOFTWARE
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-__all__ = ["LEAN_REQUEST_LINE", "LeanBody", "LeanRequest", "answer_bytes", "lean_head"]
+__all__ = ["LEAN_MAX_BODY_BYTES", "LEAN_REQUEST_LINE", "LeanBody", "LeanRequest", "answer_bytes", "lean_head"]
 
 LEAN_REQUEST_LINE = b"POST /v1/tasks HTTP/1.1"
+LEAN_MAX_BODY_BYTES = 64 * 1024
+"""The largest body the lean path takes. It holds a body whole before the gateway authenticates
+the request, so this stays below what aiohttp's own read buffer holds unasked (128 KiB) rather
+than ``limits.max_http_body_bytes`` (16 MiB by default): larger bodies go to aiohttp, which
+reads them only once the handler does, after authentication."""
 _URL = URL("/v1/tasks")
 _FIELD = re.compile(rb"([!#$%&'*+\-.^_`|~0-9A-Za-z]+):[ \t]*([\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?)?[ \t]*")
 """``name: value`` with a token name and a value of visible ASCII (inner spaces allowed)."""

@@ -20,7 +20,7 @@ What a connection is held to, whoever sent it (none of it needs credentials):
 
 On the gateway's listener (``lean=True``) a plain ``POST /v1/tasks`` is read and answered by the
 lean path of ``http1_lean`` instead of aiohttp, under the same bounds: its head is held to the same
-timeout and size here, its body must have arrived with it (at most ``limits.max_http_body_bytes``),
+timeout and size here, its body must have arrived with it (at most 64 KiB, ``LEAN_MAX_BODY_BYTES``),
 a client's further bytes wait in a buffer of at most one head and one body (reading pauses beyond),
 one request at a time in arrival order, and the connection is closed after ``limits.idle_timeout_s``
 without a request, as aiohttp does. The first request that is not that plain hands the connection
@@ -49,7 +49,7 @@ from aiohttp.http_exceptions import HttpProcessingError, LineTooLong
 
 from cronoq.config import LimitsConfig, TlsConfig, parse_socket_addr
 
-from .http1_lean import LeanRequest, answer_bytes, lean_head
+from .http1_lean import LEAN_MAX_BODY_BYTES, LeanRequest, answer_bytes, lean_head
 from .http2 import PREFACE, Http2Connection, Http2Limits, reset, retire
 
 __all__ = ["ConnectionBounds", "Http1Handler", "ListenError", "Listener", "bind", "format_address",
@@ -216,6 +216,9 @@ class Connection(asyncio.Protocol):
         self._close_when_answered = False
         self._idle_timer: asyncio.TimerHandle | None = None
         self._idle_since = 0.0
+        self._lean_max_body = min(self._bounds.max_body_bytes, LEAN_MAX_BODY_BYTES)
+        self._lean_buffer_limit = self._bounds.max_header_bytes + self._lean_max_body
+        """Buffered beyond this, reading pauses until a request is served."""
 
     # ------------------------------------------------------------------------ asyncio protocol
 
@@ -321,7 +324,7 @@ class Connection(asyncio.Protocol):
         if self._lean is not None:
             self._lean += data
             self._lean_next()
-            if self._lean is not None and len(self._lean) > self._buffer_limit() and not self._lean_paused:
+            if self._lean is not None and len(self._lean) > self._lean_buffer_limit and not self._lean_paused:
                 # A client far ahead of its answers (or not reading them) waits until one is served.
                 self._lean_paused = True
                 if self._transport is not None:
@@ -385,7 +388,7 @@ class Connection(asyncio.Protocol):
                 self._lean_paused = False
                 transport.resume_reading()
             return
-        parsed = lean_head(bytes(buffer[:end]), bounds.max_headers, bounds.max_body_bytes)
+        parsed = lean_head(bytes(buffer[:end]), bounds.max_headers, self._lean_max_body)
         if parsed is None or len(buffer) < head_size + parsed[1]:
             self._hand_to_aiohttp()
             return
@@ -396,7 +399,7 @@ class Connection(asyncio.Protocol):
         self._listener.lean_requests += 1
         request = LeanRequest(headers, body, transport)
         self._lean_task = self._loop.create_task(self._lean_serve(request, transport))
-        if self._lean_paused and len(buffer) <= self._buffer_limit():
+        if self._lean_paused and len(buffer) <= self._lean_buffer_limit:
             self._lean_paused = False
             transport.resume_reading()
 
@@ -443,9 +446,6 @@ class Connection(asyncio.Protocol):
         if self._idle_timer is None:
             self._idle_timer = self._loop.call_later(self._bounds.idle_timeout_s, self._idle_timer_fired)
         self._lean_next()
-
-    def _buffer_limit(self) -> int:
-        return self._bounds.max_header_bytes + self._bounds.max_body_bytes
 
     def _idle_timer_fired(self) -> None:
         """Like ``_head_timer_fired``, one timer for many requests: close an idle connection."""

@@ -198,3 +198,13 @@ async def test_a_client_that_never_reads_its_lean_answers_is_cut_off(gw: Running
         finally:
             sender.cancel()
     assert listener(gw).stalled >= 1
+
+
+async def test_a_body_past_the_lean_bound_is_left_to_aiohttp(gw: Running) -> None:
+    # The lean path holds a body before authentication, so it takes none larger than the bound
+    # (here max_http_body_bytes, 4096): aiohttp answers this one 413 after authenticating it.
+    served = listener(gw).lean_requests
+    status, _, body = await exchange(gw, submit(b'{"payload":"%b"}' % (b"x" * 5000)))
+    assert status.startswith(b"HTTP/1.1 413 ")
+    assert json.loads(body)["code"] == "payload_too_large"
+    assert listener(gw).lean_requests == served
