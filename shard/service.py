@@ -34,6 +34,7 @@ from cronoq.engine import (
     CoreConfig,
     Dispatch,
     Failure,
+    Outcome,
     RecurringInfo,
     RecurringSpec,
     Resolve,
@@ -59,6 +60,8 @@ from .workers import AbortOut, SessionEnd, ShutdownOut, WorkerGone, WorkerRegist
 log = logging.getLogger("cronoq.shard")
 
 PROTOCOL_VERSION = 3
+CANCELLED_BY_WORKER = CancelledByExecutor("cancelled by the worker")
+"""The outcome of a lease whose worker reported it cancelled (immutable: one instance serves all)."""
 
 
 class WaitTimeout(Exception):
@@ -486,8 +489,21 @@ class ShardService:
 
     def worker_cancelled(self, session: WorkerSession, lease_id: int) -> None:
         self.workers.release_from(session, lease_id)
-        outcome = CancelledByExecutor("cancelled by the worker")
-        self.driver.post(lambda core, now: core.complete(now, lease_id, outcome))
+        self.driver.post(lambda core, now: core.complete(now, lease_id, CANCELLED_BY_WORKER))
+
+    def worker_reports(self, session: WorkerSession, reports: list[tuple[int, Outcome]]) -> None:
+        """The outcomes one worker message carried, in its order, as ONE driver command: a busy
+        stream's message carries dozens, and a command per outcome cost a closure and a turn of
+        the step loop each. A lease the session no longer holds is skipped, as one by one."""
+        running, release = session.running, self.workers.release_from
+        owned: list[tuple[int, Outcome]] = []
+        for report in reports:
+            lease_id = report[0]
+            if lease_id in running:  # counts only while the stream holds it (and only once)
+                release(session, lease_id)
+                owned.append(report)
+        if owned:
+            self.driver.post(lambda core, now: core.complete_many(now, owned))
 
     def worker_heartbeat(self, session: WorkerSession, lease_id: int) -> None:
         self.driver.post(lambda core, now: core.heartbeat(now, lease_id))
