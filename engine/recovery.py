@@ -103,14 +103,28 @@ def restore(parts: Parts, now: int, recovered: Recovered, dead: Mapping[int, str
         if parent is not None:
             doomed.append((task, parent))
     enqueue = parts.dispatcher.enqueue_ready
+    # Interrupted attempts are settled last: one may end its task (no attempt left), and that end
+    # must find the task's children in place, as at run time, not release a child that its own
+    # turn in this loop would then release again.
+    interrupted: list[Task] = []
     for task, status, simple in live:
         if task.status._value_ in TERMINAL_VALUES:
+            continue
+        if status is _RUNNING:
+            interrupted.append(task)
             continue
         try:
             if simple:
                 enqueue(task, now)  # what ``_resume`` comes to for it
             else:
                 _resume(parts, now, task, status)
+        except Exception as error:
+            raise EngineFault.wrap(error, task_id=task.id) from error
+    for task in interrupted:
+        if task.status._value_ in TERMINAL_VALUES:
+            continue
+        try:
+            _resume(parts, now, task, _RUNNING)
         except Exception as error:
             raise EngineFault.wrap(error, task_id=task.id) from error
     for task, parent in doomed:

@@ -31,6 +31,7 @@ from .types import (
     RecurringSpec,
     TaskSpec,
     TaskStatus,
+    caused_by,
 )
 from .views import RecurringInfo
 
@@ -197,7 +198,7 @@ class Recurring:
             pool = self._intake.pool_for(template)
             self._intake.check_spec(template)
         except AdmissionError as err:
-            raise ConfigError(err.message) from None
+            raise caused_by(ConfigError(err.message), None) from None
         return pool
 
     def _persist(self, schedule: Schedule) -> None:
