@@ -60,8 +60,15 @@ class PeerChannels:
         self._options: list[tuple[str, Any]] = [
             ("grpc.max_send_message_length", config.limits.max_message_bytes),
             ("grpc.max_receive_message_length", config.limits.max_message_bytes),
-            ("grpc.keepalive_time_ms", max(1000, round(config.limits.keepalive_interval_s * 1000))),
+            # Pings while a Forward stream is open, even an idle one, and drop the connection when
+            # one goes unanswered for keepalive_timeout_s: grpcio otherwise waits for a ping's
+            # answer grpc.http2.ping_timeout_ms (60 s), and calls forwarded to a frozen or cut-off
+            # peer would each wait out their deadline on the dead connection until then. Peers
+            # ping at most every 6 s: servers accept a ping every 5 s without data between.
+            ("grpc.keepalive_time_ms", max(6000, round(config.limits.keepalive_interval_s * 1000))),
             ("grpc.keepalive_timeout_ms", max(1000, round(config.limits.keepalive_timeout_s * 1000))),
+            ("grpc.http2.ping_timeout_ms", max(1000, round(config.limits.keepalive_timeout_s * 1000))),
+            ("grpc.http2.max_pings_without_data", 0),
             ("grpc.initial_reconnect_backoff_ms", 200),
             ("grpc.min_reconnect_backoff_ms", 200),
             ("grpc.max_reconnect_backoff_ms", 2000),

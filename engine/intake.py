@@ -61,6 +61,10 @@ class Intake:
         self._holds = holds
         self._outcomes = outcomes
 
+    def set_default_pool(self, pool: Pool) -> None:
+        """Where specs naming no pool go from now on (the default pool left the engine)."""
+        self._default_pool = pool
+
     def pool_for(self, spec: TaskSpec) -> Pool:
         """The pool ``spec`` names (the default pool if none); AdmissionError if unknown."""
         name = spec.pool

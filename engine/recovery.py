@@ -31,7 +31,7 @@ _BY_ID = operator.attrgetter("record.id")
 
 
 def restore(parts: Parts, now: int, recovered: Recovered, dead: Mapping[int, str] | None = None,
-            suspended: frozenset[str] = frozenset()) -> list[tuple[int, str]]:  # fmt: skip
+            suspended: frozenset[str] = frozenset(), *, running: bool = False) -> list[tuple[int, str]]:  # fmt: skip
     """Re-create the state a durable store recovered, applying the recovery rules.
 
     Tasks keep their ids, submission order and attempt counts; an attempt that was running
@@ -43,9 +43,13 @@ def restore(parts: Parts, now: int, recovered: Recovered, dead: Mapping[int, str
     schedule is being restored is raised as ``EngineFault`` naming it: the caller restores again
     on a fresh engine with that task in ``dead`` (or that schedule in ``suspended``). Returns the
     tasks it dead-lettered because of their values: ``(id, message)``.
+
+    ``running``: the engine already runs (a pool handed over from another shard joins it, see
+    ``handover.py``); ``recovered`` then holds only that pool's rows, and its terminal tasks join
+    the retained ones in the order they ended.
     """
     registry = parts.registry
-    if not registry.empty or not parts.recurring.empty:
+    if not running and (not registry.empty or not parts.recurring.empty):
         raise ConfigError("restore needs a fresh engine")
     dead = dead or {}
     rejected: list[tuple[int, str]] = []
@@ -76,7 +80,10 @@ def restore(parts: Parts, now: int, recovered: Recovered, dead: Mapping[int, str
     registry.raise_id_floor(high)
     parts.outcomes.raise_lease_floor(recovered.lease_high_water)
     terminal.sort(key=lambda t: t.finished_at or 0)
-    parts.outcomes.retain(terminal)
+    if running:
+        parts.outcomes.retain_more(terminal)
+    else:
+        parts.outcomes.retain(terminal)
     # Register live tasks as pending, then link their dependencies.
     enter = registry.enter
     for task, _, simple in live:

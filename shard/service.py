@@ -34,6 +34,7 @@ from cronoq.engine import (
     CoreConfig,
     Dispatch,
     Failure,
+    Outcome,
     RecurringInfo,
     RecurringSpec,
     Resolve,
@@ -47,7 +48,9 @@ from cronoq.engine import (
     TaskStatus,
     UnknownTask,
 )
-from cronoq.engine.actions import RecoveredTask
+from cronoq.engine.actions import Recovered, RecoveredTask
+from cronoq.engine.config import PoolConfig
+from cronoq.engine.handover import Adopted, Released
 from cronoq.engine.views import TaskQuery
 from cronoq.stores.base import Store
 from cronoq.stores.history import HistoryRead, Transition, clamp_cursor, info_of
@@ -59,6 +62,8 @@ from .workers import AbortOut, SessionEnd, ShutdownOut, WorkerGone, WorkerRegist
 log = logging.getLogger("cronoq.shard")
 
 PROTOCOL_VERSION = 3
+CANCELLED_BY_WORKER = CancelledByExecutor("cancelled by the worker")
+"""The outcome of a lease whose worker reported it cancelled (immutable: one instance serves all)."""
 
 
 class WaitTimeout(Exception):
@@ -412,6 +417,41 @@ class ShardService:
         """Start no attempt of ``pool`` while ``withheld`` (see ``Core.withhold``)."""
         await self._call(lambda core, now: core.withhold(pool, withheld))
 
+    async def release_pool(self, pool: str) -> Released:
+        """Let go of a drained pool handed to another shard (see ``Core.release_pool``). Returns
+        once every step before it is committed, so the store then holds all the pool's rows."""
+
+        def release(core: Core, now: int) -> Released:
+            released = core.release_pool(pool)
+            self.driver.pools_away.add(pool)
+            self.driver.reconfigured(core.config)
+            return released
+
+        released: Released = await self._call(release)
+        # Whoever waits here for one of its tasks asks again, and is sent to the pool's new shard.
+        moved = NotLeader(f"not the leader of pool {pool!r} any more (it moved to another shard)")
+        for task_id in released.ids:
+            for future in self._waiters.pop(task_id, ()):
+                if not future.done():
+                    future.set_exception(moved)
+        for session in self.workers.in_pools({pool}):
+            with contextlib.suppress(WorkerGone):
+                session.send(ShutdownOut(f"pool {pool!r} moved to another shard", True))
+            self.workers.remove(session)  # it holds no lease (drained); the engine has no group of it now
+        return released
+
+    async def join_pool(self, config: PoolConfig, recovered: Recovered) -> Adopted:
+        """Add a pool handed over to this shard, with its stored rows, to the running engine."""
+
+        def join(core: Core, now: int) -> Adopted:
+            adopted = core.join_pool(now, config, recovered)
+            self.driver.pools_away.discard(config.name)
+            self.driver.reconfigured(core.config)
+            return adopted
+
+        adopted: Adopted = await self._call(join)
+        return adopted
+
     async def running_in(self, pool: str) -> int:
         """How many attempts of ``pool`` are running."""
         result: int = await self._call(lambda core, now: core.running_in(pool))
@@ -486,8 +526,21 @@ class ShardService:
 
     def worker_cancelled(self, session: WorkerSession, lease_id: int) -> None:
         self.workers.release_from(session, lease_id)
-        outcome = CancelledByExecutor("cancelled by the worker")
-        self.driver.post(lambda core, now: core.complete(now, lease_id, outcome))
+        self.driver.post(lambda core, now: core.complete(now, lease_id, CANCELLED_BY_WORKER))
+
+    def worker_reports(self, session: WorkerSession, reports: list[tuple[int, Outcome]]) -> None:
+        """The outcomes one worker message carried, in its order, as ONE driver command: a busy
+        stream's message carries dozens, and a command per outcome cost a closure and a turn of
+        the step loop each. A lease the session no longer holds is skipped, as one by one."""
+        running, release = session.running, self.workers.release_from
+        owned: list[tuple[int, Outcome]] = []
+        for report in reports:
+            lease_id = report[0]
+            if lease_id in running:  # counts only while the stream holds it (and only once)
+                release(session, lease_id)
+                owned.append(report)
+        if owned:
+            self.driver.post(lambda core, now: core.complete_many(now, owned))
 
     def worker_heartbeat(self, session: WorkerSession, lease_id: int) -> None:
         self.driver.post(lambda core, now: core.heartbeat(now, lease_id))

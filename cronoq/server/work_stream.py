@@ -27,9 +27,10 @@ from typing import Any
 import grpc
 
 from cronoq.config import Role
+from cronoq.engine import Failure, Outcome, Success
 from cronoq.proto import cronoq_pb2 as pb
 from cronoq.shard.blob import Blob
-from cronoq.shard.service import PROTOCOL_VERSION, ShardService
+from cronoq.shard.service import CANCELLED_BY_WORKER, PROTOCOL_VERSION, ShardService
 from cronoq.shard.workers import AbortOut, ClosedOut, LeaseOut, Outbound, ShutdownOut, WorkerSession
 
 from . import convert
@@ -48,6 +49,9 @@ SHUTDOWN_LINGER_S = 1.0
 """After Shutdown, how long a Work stream stays open for the worker to close it."""
 BATCH_HEADROOM = 4096
 """Bytes a batch leaves unused below its limit, for the framing around its leases."""
+_NO_OUTPUT = Success(Blob(b"", ""))
+"""The outcome of every completion without output or content type (most of them): immutable,
+so one instance serves them all instead of three new objects per task."""
 
 PrincipalOf = Callable[[Any], Principal]
 
@@ -335,27 +339,29 @@ class _WorkStream:
         for beat in batch.heartbeats:
             if beat.lease in running:
                 service.worker_heartbeat(session, beat.lease)
-        for done in batch.completes:
-            self._complete(done)
+        # The outcomes of the message go to the shard together (one engine command), in order;
+        # the shard skips those of leases the stream no longer holds.
+        reports: list[tuple[int, Outcome]] = [
+            (done.lease, Success(_output(done)) if done.output or done.content_type else _NO_OUTPUT)
+            for done in batch.completes
+        ]
         for fail in batch.fails:
-            self._fail(fail)
+            reports.append((fail.lease, _failure(fail)))
         for cancelled in batch.cancelled:
-            self._cancelled(cancelled.lease)
+            reports.append((cancelled.lease, CANCELLED_BY_WORKER))
+        if reports:
+            service.worker_reports(session, reports)
         for nack in batch.nacks:
             self._nack(nack)
 
     def _complete(self, done: pb.Complete) -> None:
         if done.lease in self.session.running:
-            content_type = done.content_type
-            if content_type:
-                content_type = convert.sanitize_message(content_type)[: convert.MAX_CONTENT_TYPE_LEN]
-            self.service.worker_complete(self.session, done.lease, Blob(bytes(done.output), content_type))
+            self.service.worker_complete(self.session, done.lease, _output(done))
 
     def _fail(self, fail: pb.Fail) -> None:
         if fail.lease in self.session.running:
-            self.service.worker_fail(
-                self.session, fail.lease, convert.sanitize_message(fail.message), fail.permanent, _retry_after(fail)
-            )
+            failure = _failure(fail)
+            self.service.worker_fail(self.session, fail.lease, failure.message, failure.permanent, failure.retry_after)
 
     def _cancelled(self, lease: int) -> None:
         if lease in self.session.running:
@@ -367,6 +373,17 @@ class _WorkStream:
 
 async def _write_shutdown(write: Callable[[pb.ServerMessage], Any], out: ShutdownOut) -> None:
     await write(pb.ServerMessage(shutdown=pb.Shutdown(reason=out.reason, not_leader=out.not_leader)))
+
+
+def _output(done: pb.Complete) -> Blob:
+    content_type = done.content_type
+    if content_type:
+        content_type = convert.sanitize_message(content_type)[: convert.MAX_CONTENT_TYPE_LEN]
+    return Blob(bytes(done.output), content_type)
+
+
+def _failure(fail: pb.Fail) -> Failure:
+    return Failure(convert.sanitize_message(fail.message), fail.permanent, _retry_after(fail))
 
 
 def _retry_after(fail: pb.Fail) -> int | None:

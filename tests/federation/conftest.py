@@ -47,7 +47,7 @@ class Node(ServerProcess):
 
 
 class Federation:
-    def __init__(self, directory: Path, store: str) -> None:
+    def __init__(self, directory: Path, store: str, limits: str = "") -> None:
         self.ports = {"s1": free_port(), "s2": free_port()}
         self.config = f"""
 [server]
@@ -58,6 +58,7 @@ shutdown_grace_s = 1
 [limits]
 max_wait_s = 5
 max_list = 50
+{limits}
 
 {store}
 

@@ -43,6 +43,10 @@ name = "client"
 max = 64
 
 [[pools]]
+name = "claims"
+max = 64
+
+[[pools]]
 name = "other"
 """
 
@@ -158,6 +162,42 @@ async def test_a_worker_that_announces_batching_gets_leases_together(server: Ser
         assert all(result.output == b"ok" for result in results if result.id != leases[0].task_id)
         stream.outbox.put_nowait(None)
         stream.call.cancel()
+
+
+async def test_a_batch_counts_each_lease_once_and_only_the_streams_own(server: ServerProcess, client: Client) -> None:
+    """The outcomes of one batch reach the shard together, yet each is judged as if sent alone:
+    the first report of a lease counts, a repeat changes nothing, and a report on a lease another
+    stream holds is ignored (that stream's own report counts)."""
+    ids = await fill(client, "claims", 3)
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        mine, other = RawStream(channel), RawStream(channel)
+        mine.send(register=register("claims", 2, batch_bytes=1 << 20))
+        assert (await mine.recv()).registered.batching
+        own = [lease for message in await leases_until(mine, 2) for lease in message.batch.leases]
+        other.send(register=register("claims", 1, batch_bytes=1 << 20))
+        assert (await other.recv()).registered.batching
+        (theirs,) = [lease for message in await leases_until(other, 1) for lease in message.batch.leases]
+        assert sorted(lease.task_id for lease in [*own, theirs]) == sorted(ids)
+        batch = pb.WorkerBatch(
+            completes=[
+                pb.Complete(lease=own[0].lease, output=b"first"),
+                pb.Complete(lease=own[0].lease, output=b"repeat"),
+                pb.Complete(lease=theirs.lease, output=b"not ours"),
+            ],
+            fails=[pb.Fail(lease=own[1].lease, message="gave up", permanent=True)],
+            cancelled=[pb.Cancelled(lease=own[1].lease)],  # after its Fail in the batch: too late
+        )
+        mine.send(batch=batch)
+        first = await client.wait(own[0].task_id, timeout=10)
+        assert (first.status, first.output) == ("succeeded", b"first")
+        assert (await client.wait(own[1].task_id, timeout=10)).status == "failed"
+        assert (await client.get(theirs.task_id)).status == "running"  # same step as the two above
+        other.send(batch=pb.WorkerBatch(completes=[pb.Complete(lease=theirs.lease, output=b"theirs")]))
+        last = await client.wait(theirs.task_id, timeout=10)
+        assert (last.status, last.output) == ("succeeded", b"theirs")
+        for stream in (mine, other):
+            stream.outbox.put_nowait(None)
+            stream.call.cancel()
 
 
 async def test_a_published_worker_gets_one_lease_per_message(server: ServerProcess, client: Client) -> None:

@@ -18,6 +18,12 @@ from peers.probe import PROBE, TASK_SECONDS
 from peers.systems.base import Case, Database, System, python_command
 
 POOL = "default"  # server_bench's pool
+NOOP_SLOTS = 256
+"""Slots of each worker when tasks do nothing (the largest a server grants by default,
+``max_slots_per_worker``): as pgqueuer's no-op jobs run uncapped, 500 fetched at a time, ours are
+capped only by the server's pool (``max`` 512 in server_bench's configuration). The more leases
+in flight, the more of them each message and each commit carries; 64, 128 and 256 were measured
+(loadtests/peers/README.md). Tasks that take time keep ``--concurrency`` like every system's."""
 
 
 class CronoqRemote(System):
@@ -45,13 +51,17 @@ class CronoqRemote(System):
         self.client = Client(self.server.grpc_target)
         self.settings = {
             "server": "cronoq-server, one shard, Postgres store, max_tasks_per_batch 1000",
-            "worker": f"cronoq.client.Worker, slots={self.case.concurrency}, default transport",
+            "worker": f"cronoq.client.Worker, slots={self.slots}, default transport",
             "submit": "Client.submit_batch, chunks of 1000, 4 concurrent submitters",
         }
 
+    @property
+    def slots(self) -> int:
+        return NOOP_SLOTS if self.case.handler == "noop" else self.case.concurrency
+
     def worker_commands(self) -> list[list[str]]:
         return [python_command("cronoq_remote", self.server.grpc_target, self.case.handler,
-                               str(self.case.concurrency), f"peer-{n}")
+                               str(self.slots), f"peer-{n}")
                 for n in range(self.case.workers)]  # fmt: skip
 
     async def submit(self, stamps: list[float]) -> None:
