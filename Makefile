@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test fuzz chaos run bench bench-history bench-peers bench-takeover lint typecheck venv clean image deploy-check
+.PHONY: test fuzz chaos run bench bench-history bench-peers bench-takeover lint typecheck venv engine-native clean image deploy-check
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -12,7 +12,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-venv: $(STAMP)
+venv: $(STAMP) engine-native
+
+# The engine compiled to C extensions by mypyc beside its sources (scripts/build_engine.py: a minute
+# or two, nothing when the build is current). The engine runs its Python sources instead when the
+# build is missing or older than them, or with CRONOQ_PURE_PYTHON=1 (which also skips the build).
+engine-native: $(STAMP)
+	$(PY) scripts/build_engine.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -21,13 +27,15 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(PY) scripts/typecheck.py
 
-test: lint typecheck
+test: lint typecheck engine-native
 	bash scripts/ensure_postgres.sh
 	bash scripts/ensure_docker.sh
 	PYTHON=$(PY) bash scripts/ensure_helm.sh >/dev/null
 	bash scripts/ensure_promtool.sh >/dev/null
 	bash scripts/ensure_chromium.sh
 	$(PY) -m pytest -q
+	# The engine's own tests once more on its Python sources (the run above used the compiled ones).
+	CRONOQ_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider tests/engine
 
 # The container image cronoq:dev, built offline on a local Debian base (scripts/build_image.sh).
 image: $(STAMP)
@@ -58,7 +66,7 @@ chaos: $(STAMP)
 run: $(STAMP)
 	$(PY) -m cronoq.demo
 
-bench: $(STAMP)
+bench: $(STAMP) engine-native
 	bash scripts/ensure_wrk.sh
 	$(PY) loadtests/engine_bench.py
 	$(PY) loadtests/embedded_bench.py
@@ -87,3 +95,4 @@ bench-peers: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	$(PYTHON) scripts/build_engine.py --clean

@@ -4,6 +4,8 @@ A deterministic state machine: every call takes ``now`` (int nanoseconds since t
 the engine answers with one ``StepOutput`` per step (``drain``). No asyncio, no clock, no I/O.
 """
 
+# First: it decides whether the modules below are the compiled ones or their sources (_native.py).
+from . import _native  # noqa: F401  (isort: keep first)
 from .actions import (
     Abort,
     AbortReason,

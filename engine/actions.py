@@ -11,7 +11,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from .types import Priority, RecurringSpec, TaskSpec, TaskStatus
+from .types import Opaque, Priority, RecurringSpec, TaskSpec, TaskStatus
+
+# The classes built for every task (here and `views.Submitted`) write their `__init__` out: the
+# one `dataclass` generates stays interpreted Python under mypyc (scripts/build_engine.py), a
+# call that cost more than the rest of building the object. `dataclass` keeps an `__init__` it
+# finds; tests/engine/test_native.py checks that each one takes the fields, in order, with their
+# defaults.
 
 
 @dataclass(slots=True)
@@ -23,6 +29,17 @@ class StatusEvent:
     attempt: int
     at: int
     message: str | None = None
+
+    def __init__(
+        self, id: int, pool: str, key: str | None, status: TaskStatus, attempt: int, at: int, message: str | None = None
+    ) -> None:
+        self.id = id
+        self.pool = pool
+        self.key = key
+        self.status = status
+        self.attempt = attempt
+        self.at = at
+        self.message = message
 
 
 # ---------------------------------------------------------------------------------------------
@@ -40,10 +57,23 @@ class TaskRecord:
     status: TaskStatus
     max_attempts: int
 
+    def __init__(
+        self, id: int, pool: str, spec: TaskSpec, submitted_at: int, status: TaskStatus, max_attempts: int
+    ) -> None:
+        self.id = id
+        self.pool = pool
+        self.spec = spec
+        self.submitted_at = submitted_at
+        self.status = status
+        self.max_attempts = max_attempts
+
 
 @dataclass(slots=True)
 class PutTask:
     task: TaskRecord
+
+    def __init__(self, task: TaskRecord) -> None:
+        self.task = task
 
 
 @dataclass(slots=True)
@@ -59,8 +89,28 @@ class SetStatus:
     at: int
     message: str | None = None
     retry_at: int | None = None
-    output: object = None
+    output: Opaque = None
     has_output: bool = False
+
+    def __init__(
+        self,
+        id: int,
+        status: TaskStatus,
+        attempt: int,
+        at: int,
+        message: str | None = None,
+        retry_at: int | None = None,
+        output: Opaque = None,
+        has_output: bool = False,
+    ) -> None:
+        self.id = id
+        self.status = status
+        self.attempt = attempt
+        self.at = at
+        self.message = message
+        self.retry_at = retry_at
+        self.output = output
+        self.has_output = has_output
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +142,7 @@ class Lease:
     attempt: int
     pool: str
     group: Mapping[str, str]
-    payload: object
+    payload: Opaque
     kind: str
     key: str | None
     priority: Priority
@@ -101,6 +151,38 @@ class Lease:
     deadline: int | None
     lease_ttl: int | None
     started_at: int
+
+    def __init__(
+        self,
+        id: int,
+        task_id: int,
+        attempt: int,
+        pool: str,
+        group: Mapping[str, str],
+        payload: Opaque,
+        kind: str,
+        key: str | None,
+        priority: Priority,
+        tags: Mapping[str, str],
+        timeout: int | None,
+        deadline: int | None,
+        lease_ttl: int | None,
+        started_at: int,
+    ) -> None:
+        self.id = id
+        self.task_id = task_id
+        self.attempt = attempt
+        self.pool = pool
+        self.group = group
+        self.payload = payload
+        self.kind = kind
+        self.key = key
+        self.priority = priority
+        self.tags = tags
+        self.timeout = timeout
+        self.deadline = deadline
+        self.lease_ttl = lease_ttl
+        self.started_at = started_at
 
 
 class Dispatch(Lease):
@@ -123,6 +205,11 @@ class Abort:
     """An ``AbortReason`` when the engine stopped the attempt by itself, else the text of what
     ended the task (a cancellation's message, for example)."""
 
+    def __init__(self, lease_id: int, task_id: int, reason: str) -> None:
+        self.lease_id = lease_id
+        self.task_id = task_id
+        self.reason = reason
+
 
 class AbortReason(StrEnum):
     """Why the engine stops an attempt by itself (the text is what workers are told)."""
@@ -143,8 +230,30 @@ class Resolve:
     attempt: int
     at: int
     message: str | None = None
-    output: object = None
+    output: Opaque = None
     has_output: bool = False
+
+    def __init__(
+        self,
+        id: int,
+        pool: str,
+        key: str | None,
+        status: TaskStatus,
+        attempt: int,
+        at: int,
+        message: str | None = None,
+        output: Opaque = None,
+        has_output: bool = False,
+    ) -> None:
+        self.id = id
+        self.pool = pool
+        self.key = key
+        self.status = status
+        self.attempt = attempt
+        self.at = at
+        self.message = message
+        self.output = output
+        self.has_output = has_output
 
     @property
     def event(self) -> StatusEvent:
@@ -204,6 +313,26 @@ class RecoveredTask:
     finished_at: int | None = None
     retry_at: int | None = None
     has_output: bool = False
+
+    def __init__(
+        self,
+        record: TaskRecord,
+        status: TaskStatus,
+        attempt: int,
+        message: str | None = None,
+        started_at: int | None = None,
+        finished_at: int | None = None,
+        retry_at: int | None = None,
+        has_output: bool = False,
+    ) -> None:
+        self.record = record
+        self.status = status
+        self.attempt = attempt
+        self.message = message
+        self.started_at = started_at
+        self.finished_at = finished_at
+        self.retry_at = retry_at
+        self.has_output = has_output
 
 
 @dataclass(frozen=True, slots=True)

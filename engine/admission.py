@@ -7,7 +7,8 @@ stores run it on recovered rows too. ``check_spec`` adds the resource requests.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from typing import Protocol, cast
 
 from . import limits
 from .resources import ResourceTable
@@ -40,7 +41,7 @@ def _check_text(what: str, value: object) -> None:
         raise _invalid(problem)
 
 
-def _check_map(what: str, values: Mapping[str, str]) -> None:
+def _check_map(what: str, values: Mapping[object, object]) -> None:
     for name, value in values.items():
         if not isinstance(name, str) or not isinstance(value, str):
             raise _invalid(f"{what} keys and values must be strings")
@@ -53,8 +54,55 @@ def _check(problem: str | None) -> None:
         raise _invalid(problem)
 
 
-def check_values(spec: TaskSpec) -> None:
+class _Unchecked(Protocol):
+    """A TaskSpec (and the values in it) as a caller may really have built it: any field of any
+    type until ``check_values`` has looked at it. Compiled by mypyc (scripts/build_engine.py), a
+    read through the declared types would raise a bare TypeError on a wrongly typed field before
+    the check could refuse it by name; reads through this view are not type-checked at run time."""
+
+    @property
+    def key(self) -> object: ...
+    @property
+    def pool(self) -> object: ...
+    @property
+    def kind(self) -> object: ...
+    @property
+    def tenant(self) -> object: ...
+    @property
+    def tags(self) -> Mapping[object, object]: ...
+    @property
+    def labels(self) -> Mapping[object, object]: ...
+    @property
+    def deadline(self) -> object: ...
+    @property
+    def duration_hint(self) -> object: ...
+    @property
+    def timeout(self) -> object: ...
+    @property
+    def fixed_start(self) -> _Unchecked | None: ...
+    @property
+    def start(self) -> object: ...
+    @property
+    def tolerance(self) -> object: ...
+    @property
+    def retry(self) -> _Unchecked | None: ...
+    @property
+    def max_attempts(self) -> object: ...
+    @property
+    def initial_backoff(self) -> object: ...
+    @property
+    def max_backoff(self) -> object: ...
+    @property
+    def multiplier(self) -> object: ...
+    @property
+    def deps(self) -> Iterable[_Unchecked]: ...
+    @property
+    def target(self) -> object: ...
+
+
+def check_values(checked: TaskSpec) -> None:
     """Raise AdmissionError (code ``invalid``) when a field is malformed or out of range."""
+    spec = cast(_Unchecked, checked)
     # Plain ASCII strings without NUL (nearly all) pass with one test each.
     key = spec.key
     if key is not None and not (type(key) is str and key and key.isascii() and "\0" not in key):

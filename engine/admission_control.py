@@ -41,6 +41,20 @@ class AdmissionControl:
         """Whether the registry must report tasks that start or stop pending (a pool may shed,
         or a submitter waits for room): without either, admission needs no reports at all."""
 
+    def add_pool(self, pool: Pool) -> None:
+        """A pool joins the engine (handed over from another shard)."""
+        self._pools.append(pool)
+        if pool.config.overflow in (OverflowPolicy.SHED_LOWEST, OverflowPolicy.SHED_OLDEST):
+            self._shed_index[pool] = [OrderedDict() for _ in range(CLASSES)]
+        self.watching = bool(self._shed_index or self._full_pools)
+
+    def drop_pool(self, pool: Pool) -> None:
+        """A pool leaves the engine (handed over to another shard) with its pending tasks."""
+        self._pools.remove(pool)
+        self._shed_index.pop(pool, None)
+        self._full_pools.discard(pool.name)
+        self.watching = bool(self._shed_index or self._full_pools)
+
     # What the registry reports ------------------------------------------------------------------
 
     def entered_pending(self, task: Task) -> None:

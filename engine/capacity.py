@@ -59,6 +59,8 @@ class Capacity:
         self._dispatcher.mark_dirty(pool)
 
     def on_scale_timer(self, pool: Pool, now: int) -> None:
+        if self._pools.get(pool.name) is not pool:
+            return  # the pool left this engine (handed to another shard): its evaluations end
         scaler = pool.autoscaler
         assert scaler is not None and pool.config.autoscale is not None
         counts = pool.counts

@@ -14,8 +14,9 @@ and starts), ``Outcomes`` (leases, ends, retention), ``Holds`` (fixed starts), `
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 
-from . import invariants, recovery
+from . import handover, invariants, recovery
 from .actions import Recovered, StepOutput
 from .config import CoreConfig, PoolConfig
 from .parts import build
@@ -265,8 +266,11 @@ class Core:
     def withhold(self, pool_name: str, withheld: bool = True) -> None:
         """Start no attempt of pool ``pool_name`` while ``withheld`` (its running attempts go on and
         end as usual; tasks are still admitted and wait). A pool moving to another shard drains
-        this way (docs/pool-moves.md), so that no attempt of it is running when it is handed over."""
-        pool = self._pools[pool_name]
+        this way (docs/pool-moves.md), so that no attempt of it is running when it is handed over.
+        A pool this engine no longer has (it was handed over meanwhile) is left alone."""
+        pool = self._pools.get(pool_name)
+        if pool is None:
+            return
         if withheld:
             self._dispatcher.withheld.add(pool)
         elif pool in self._dispatcher.withheld:
@@ -274,8 +278,9 @@ class Core:
             self._dispatcher.mark_dirty(pool)
 
     def running_in(self, pool_name: str) -> int:
-        """How many attempts of pool ``pool_name`` are running."""
-        return self._pools[pool_name].busy
+        """How many attempts of pool ``pool_name`` are running (none: a pool this engine lacks)."""
+        pool = self._pools.get(pool_name)
+        return 0 if pool is None else pool.busy
 
     # ------------------------------------------------------------------------------------------
     # Recurring schedules
@@ -369,6 +374,22 @@ class Core:
                 self.set_group_capacity(now, old_pool.name, group.labels, group.capacity)
         self.dispatch_enabled = old.dispatch_enabled
         self.emit_transitions = old.emit_transitions
+
+    def join_pool(self, now: int, config: PoolConfig, recovered: Recovered) -> handover.Adopted:
+        """Add a pool handed over from another shard to this running engine, with its stored tasks
+        and schedules (``recovered`` holds only that pool's rows); see ``handover.py``."""
+        handover.join(self._parts, config, self.config.metrics_window, now)
+        self.config = replace(self.config, pools=(*self.config.pools, config))
+        return handover.adopt(self._parts, now, recovered)
+
+    def release_pool(self, pool_name: str) -> handover.Released:
+        """Let go of a drained pool handed over to another shard, and of everything of it; the
+        engine's other pools are untouched (see ``handover.py``)."""
+        released = handover.release(self._parts, pool_name)
+        if self._parts.default_pool.name == pool_name:
+            self._parts = replace(self._parts, default_pool=self._pool_list[0])
+        self.config = replace(self.config, pools=tuple(p for p in self.config.pools if p.name != pool_name))
+        return released
 
     def note_engine_errors(self, count: int) -> None:
         """Count internal errors its driver contained (they belong to no pool)."""

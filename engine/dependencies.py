@@ -40,6 +40,15 @@ class Dependencies:
         self._dispatcher = dispatcher
         self._outcomes = outcomes
 
+    def drop_pool(self, pool: Pool) -> None:
+        """Forget the tasks of ``pool`` that await a key (the pool left the engine)."""
+        for key in list(self._awaiting):
+            kept = [(task, cond) for task, cond in self._awaiting[key] if task.pool is not pool]
+            if kept:
+                self._awaiting[key] = kept
+            else:
+                del self._awaiting[key]
+
     # Resolving ----------------------------------------------------------------------------------
 
     def resolve(self, pool: Pool, spec: TaskSpec) -> list[ResolvedDep]:

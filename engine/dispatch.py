@@ -93,6 +93,11 @@ class Dispatcher:
         self._holds = holds
         self._outcomes = outcomes
 
+    def drop_pool(self, pool: Pool) -> None:
+        """``pool`` left the engine: nothing of it is dispatched any more."""
+        self._dirty.discard(pool)
+        self.withheld.discard(pool)
+
     # Lanes --------------------------------------------------------------------------------------
 
     def mark_dirty(self, pool: Pool) -> None:

@@ -20,7 +20,7 @@ from .resources import ResourceTable
 from .state import T_AWAIT, Pool, Task
 from .stats import LogLinearHistogram
 from .timers import Timers
-from .types import AdmissionError, FixedStart, SubmitCode, TaskSpec, TaskStatus
+from .types import AdmissionError, FixedStart, SubmitCode, TaskSpec, TaskStatus, caused_by
 from .views import Submitted
 
 if TYPE_CHECKING:
@@ -60,6 +60,10 @@ class Intake:
         self._dispatcher = dispatcher
         self._holds = holds
         self._outcomes = outcomes
+
+    def set_default_pool(self, pool: Pool) -> None:
+        """Where specs naming no pool go from now on (the default pool left the engine)."""
+        self._default_pool = pool
 
     def pool_for(self, spec: TaskSpec) -> Pool:
         """The pool ``spec`` names (the default pool if none); AdmissionError if unknown."""
@@ -141,7 +145,7 @@ class Intake:
                 pools.append(self.pool_for(spec))
                 admission.check_spec(spec, self._resources)
             except AdmissionError as err:
-                raise err.at(index) from None
+                raise caused_by(err.at(index), None) from None
             if spec.deps:
                 linked = True
             if spec.fixed_start is not None:
@@ -214,7 +218,7 @@ class Intake:
                 try:
                     parent, awaited = self._dependencies.resolve_one(pools[index], target, spec.key)
                 except AdmissionError as err:
-                    raise err.at(index) from None
+                    raise caused_by(err.at(index), None) from None
                 entries.append((parent, None, awaited, dep.cond))
             resolved[index] = entries
         return resolved

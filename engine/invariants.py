@@ -68,7 +68,7 @@ def check_invariants(parts: Parts) -> None:
         assert pool.capacity == sum(g.capacity for g in pool.groups.values())
         assert pool.busy == sum(g.busy for g in pool.groups.values())
     for name, total in registry.totals.items():
-        share = sum(pool.totals[name] for pool in pool_list)
+        share = sum(pool.totals[name] for pool in pool_list) + registry.departed.get(name, 0)
         # Stale reports for unknown leases, schedules of a vanished pool and the engine's own faults
         # (which the driver counts) belong to no pool.
         unattributed = name in ("stale_completions", "recurring_invalid", "engine_errors")

@@ -46,9 +46,15 @@ class IdIndex:
         ids = self.ids
         if descending:
             end = bisect.bisect_left(ids, after) if after else len(ids)
-            return (ids[i] for i in range(end - 1, -1, -1))
-        start = bisect.bisect_right(ids, after)
-        return (ids[i] for i in range(start, len(ids)))
+            return _lazily(ids, range(end - 1, -1, -1))
+        return _lazily(ids, range(bisect.bisect_right(ids, after), len(ids)))
+
+
+def _lazily(ids: list[int], positions: range) -> Iterator[int]:
+    """``ids`` at ``positions``, one at a time: a page reads only the ids it shows. (A generator
+    function, not a generator expression: mypyc compiles the latter into a whole list.)"""
+    for position in positions:
+        yield ids[position]
 
 
 def merged(indexes: Iterable[IdIndex], after: int, descending: bool) -> Iterator[int]:

@@ -8,6 +8,7 @@ retained (for lookups, keys and late dependents) until the retention window lets
 
 from __future__ import annotations
 
+import heapq
 import random
 from collections import deque
 from collections.abc import Iterable
@@ -20,7 +21,7 @@ from .limits import MAX_DURATION, add_ns
 from .outbox import Outbox
 from .registry import Registry
 from .resources import ResourceTable
-from .state import T_LEASE, T_RETRY, Group, LeaseState, Task
+from .state import T_LEASE, T_RETRY, Group, LeaseState, Pool, Task
 from .stats import LogLinearHistogram, WindowBucket
 from .timers import Timers
 from .types import (
@@ -283,6 +284,16 @@ class Outcomes:
         """Recovered terminal tasks, oldest end first, join the retained ones."""
         self._retained.extend(tasks)
 
+    def retain_more(self, tasks: Iterable[Task]) -> None:
+        """Terminal tasks handed over from another shard (oldest end first) join the retained
+        ones, which stay in the order they ended (``expire_retained`` stops at the first kept)."""
+        merged = heapq.merge(self._retained, tasks, key=_finished_at)
+        self._retained = deque(merged)
+
+    def drop_retained(self, pool: Pool) -> None:
+        """Let go of the retained tasks of ``pool`` (it left the engine; the registry forgot them)."""
+        self._retained = deque(task for task in self._retained if task.pool is not pool)
+
     @property
     def has_retained(self) -> bool:
         return bool(self._retained)
@@ -301,3 +312,7 @@ class Outcomes:
                 return
             retained.popleft()
             forget(task)
+
+
+def _finished_at(task: Task) -> int:
+    return task.finished_at or 0

@@ -31,7 +31,7 @@ _BY_ID = operator.attrgetter("record.id")
 
 
 def restore(parts: Parts, now: int, recovered: Recovered, dead: Mapping[int, str] | None = None,
-            suspended: frozenset[str] = frozenset()) -> list[tuple[int, str]]:  # fmt: skip
+            suspended: frozenset[str] = frozenset(), *, running: bool = False) -> list[tuple[int, str]]:  # fmt: skip
     """Re-create the state a durable store recovered, applying the recovery rules.
 
     Tasks keep their ids, submission order and attempt counts; an attempt that was running
@@ -43,9 +43,13 @@ def restore(parts: Parts, now: int, recovered: Recovered, dead: Mapping[int, str
     schedule is being restored is raised as ``EngineFault`` naming it: the caller restores again
     on a fresh engine with that task in ``dead`` (or that schedule in ``suspended``). Returns the
     tasks it dead-lettered because of their values: ``(id, message)``.
+
+    ``running``: the engine already runs (a pool handed over from another shard joins it, see
+    ``handover.py``); ``recovered`` then holds only that pool's rows, and its terminal tasks join
+    the retained ones in the order they ended.
     """
     registry = parts.registry
-    if not registry.empty or not parts.recurring.empty:
+    if not running and (not registry.empty or not parts.recurring.empty):
         raise ConfigError("restore needs a fresh engine")
     dead = dead or {}
     rejected: list[tuple[int, str]] = []
@@ -76,7 +80,10 @@ def restore(parts: Parts, now: int, recovered: Recovered, dead: Mapping[int, str
     registry.raise_id_floor(high)
     parts.outcomes.raise_lease_floor(recovered.lease_high_water)
     terminal.sort(key=lambda t: t.finished_at or 0)
-    parts.outcomes.retain(terminal)
+    if running:
+        parts.outcomes.retain_more(terminal)
+    else:
+        parts.outcomes.retain(terminal)
     # Register live tasks as pending, then link their dependencies.
     enter = registry.enter
     for task, _, simple in live:
@@ -96,14 +103,28 @@ def restore(parts: Parts, now: int, recovered: Recovered, dead: Mapping[int, str
         if parent is not None:
             doomed.append((task, parent))
     enqueue = parts.dispatcher.enqueue_ready
+    # Interrupted attempts are settled last: one may end its task (no attempt left), and that end
+    # must find the task's children in place, as at run time, not release a child that its own
+    # turn in this loop would then release again.
+    interrupted: list[Task] = []
     for task, status, simple in live:
         if task.status._value_ in TERMINAL_VALUES:
+            continue
+        if status is _RUNNING:
+            interrupted.append(task)
             continue
         try:
             if simple:
                 enqueue(task, now)  # what ``_resume`` comes to for it
             else:
                 _resume(parts, now, task, status)
+        except Exception as error:
+            raise EngineFault.wrap(error, task_id=task.id) from error
+    for task in interrupted:
+        if task.status._value_ in TERMINAL_VALUES:
+            continue
+        try:
+            _resume(parts, now, task, _RUNNING)
         except Exception as error:
             raise EngineFault.wrap(error, task_id=task.id) from error
     for task, parent in doomed:

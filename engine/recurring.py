@@ -31,6 +31,7 @@ from .types import (
     RecurringSpec,
     TaskSpec,
     TaskStatus,
+    caused_by,
 )
 from .views import RecurringInfo
 
@@ -102,6 +103,18 @@ class Recurring:
     @property
     def empty(self) -> bool:
         return not self._schedules
+
+    def set_default_pool(self, pool: Pool) -> None:
+        """Where templates naming no pool go from now on (the default pool left the engine)."""
+        self._default_pool = pool
+
+    def drop_pool(self, pool: Pool) -> list[str]:
+        """Retire the schedules whose template names ``pool`` (it left the engine with their
+        stored rows); their armed timers no longer fire. Returns their names."""
+        names = [name for name, schedule in self._schedules.items() if schedule.spec.template.pool == pool.name]
+        for name in names:
+            self._schedules.pop(name).retired = True
+        return names
 
     def _install(self, schedule: Schedule) -> None:
         previous = self._schedules.get(schedule.spec.name)
@@ -185,7 +198,7 @@ class Recurring:
             pool = self._intake.pool_for(template)
             self._intake.check_spec(template)
         except AdmissionError as err:
-            raise ConfigError(err.message) from None
+            raise caused_by(ConfigError(err.message), None) from None
         return pool
 
     def _persist(self, schedule: Schedule) -> None:

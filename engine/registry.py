@@ -34,6 +34,9 @@ class Registry:
     def __init__(self, config: CoreConfig) -> None:
         self.totals: dict[str, int] = dict.fromkeys(TOTAL_NAMES, 0)
         """Engine-wide counters (each pool keeps its share in ``Pool.totals``)."""
+        self.departed: dict[str, int] = dict.fromkeys(TOTAL_NAMES, 0)
+        """The shares of pools that left this engine for another shard (the engine-wide counters
+        never go back, so they keep what those pools counted here)."""
         self._ids = IdAllocator(config.id_epoch, config.id_shard)
         self.allocate_id: Callable[[], int] = self._ids.allocate
         """A new task id (ids only grow)."""
@@ -127,6 +130,31 @@ class Registry:
             self._by_pool[task.pool.name].removed(self._tasks)
         if task.key is not None and self._keys.get(task.key) == task.id:
             del self._keys[task.key]
+
+    def drop_pool(self, pool: Pool) -> list[Task]:
+        """Let go of every task of ``pool`` (the pool leaves this engine for another shard, which
+        now holds its rows): their ids and keys are unknown here afterwards, and the live ones no
+        longer count as pending. None may be running (the pool was drained first)."""
+        for name, count in pool.totals.items():
+            self.departed[name] = self.departed.get(name, 0) + count
+        index = self._by_pool.pop(pool.name, None)
+        if index is None:
+            return []
+        dropped = [task for task in self.walk(iter(index.ids)) if task.pool is pool]
+        for task in dropped:
+            if task.status is _RUNNING:
+                raise ValueError(f"task {task.id} of pool {pool.name!r} is running")
+            del self._tasks[task.id]
+            if task.key is not None and self._keys.get(task.key) == task.id:
+                del self._keys[task.key]
+            if task.status._value_ not in TERMINAL_VALUES:
+                self._pending -= 1
+        return dropped
+
+    def claim_key(self, key: str, task_id: int) -> None:
+        """Make ``key`` name the known task ``task_id`` again (after an adopted task took it)."""
+        if task_id in self._tasks:
+            self._keys[key] = task_id
 
     def count(self, name: str, pool: Pool) -> None:
         """One more of the event ``name`` for the engine and for ``pool``."""

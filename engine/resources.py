@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Mapping, Sequence
-from typing import Final
+from typing import Final, cast
 
 from .config import ResourceConfig, ResourceKind
 from .types import NS_PER_S, ConfigError, SubmitCode
@@ -174,7 +174,10 @@ class ResourceTable:
 
     def admission_error(self, requests: Mapping[str, int]) -> tuple[SubmitCode, str] | None:
         """Why a task requesting ``requests`` must be refused at submission, or None."""
-        for name, amount in requests.items():
+        # Read as the caller may really have built it: compiled by mypyc, a typed read would raise
+        # a bare TypeError on a wrongly typed entry before it could be refused by name.
+        unchecked = cast("Mapping[object, object]", requests)
+        for name, amount in unchecked.items():
             res = self._by_name.get(name) if isinstance(name, str) else None
             if res is None:
                 return SubmitCode.UNKNOWN_RESOURCE, f"unknown resource {name!r}"

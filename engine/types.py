@@ -9,7 +9,7 @@ import enum
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, TypeAlias, TypeVar
 
 NS_PER_S: Final = 1_000_000_000
 NS_PER_MS: Final = 1_000_000
@@ -198,6 +198,11 @@ class RetryPolicy:
         return delay if delay < ceiling else ceiling
 
 
+# What the engine carries for its callers and never reads: payloads and outputs. A name of its own
+# also lets mypyc compile the dataclasses that hold one (it fetches a field's type by the name
+# written in the annotation from the module's globals, where `object` is not).
+Opaque: TypeAlias = object
+
 EMPTY_STR_MAP: Final[Mapping[str, str]] = {}
 EMPTY_INT_MAP: Final[Mapping[str, int]] = {}
 
@@ -206,7 +211,7 @@ EMPTY_INT_MAP: Final[Mapping[str, int]] = {}
 class TaskSpec:
     """Everything a submission says about a task. ``pool=None`` means the default pool."""
 
-    payload: object = None
+    payload: Opaque = None
     pool: str | None = None
     kind: str = "default"
     priority: Priority = Priority.NORMAL
@@ -246,7 +251,7 @@ RECURRING_TAG: Final = "cronoq.recurring"
 
 @dataclass(frozen=True, slots=True)
 class Success:
-    output: object = None
+    output: Opaque = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,6 +286,9 @@ class SubmitCode(enum.Enum):
     OVERLOADED = "overloaded"
     DUPLICATE_KEY_IN_BATCH = "duplicate_key_in_batch"
     INVALID = "invalid"
+
+
+_Raised = TypeVar("_Raised", bound=BaseException)
 
 
 class EngineError(Exception):
@@ -335,4 +343,14 @@ class EngineFault(Exception):
                 error.task_id, error.schedule = task_id, schedule
             return error
         what = f"task {task_id}" if task_id is not None else f"schedule {schedule!r}" if schedule else "the engine"
-        return cls(f"{type(error).__name__} while handling {what}: {error}", task_id=task_id, schedule=schedule)
+        fault = cls(f"{type(error).__name__} while handling {what}: {error}", task_id=task_id, schedule=schedule)
+        return caused_by(fault, error)
+
+
+def caused_by(error: _Raised, cause: BaseException | None) -> _Raised:
+    """``error`` with ``cause`` as its ``__cause__`` (``None``: no cause, and the exception being
+    handled not shown as its context), exactly as ``raise error from cause`` sets them. The engine
+    compiled by mypyc (scripts/build_engine.py) raises ``raise ... from ...`` as a plain ``raise``,
+    so its modules state the cause with this too: ``raise caused_by(error, None) from None``."""
+    error.__cause__ = cause
+    return error

@@ -13,6 +13,10 @@ class Submitted:
     id: int
     duplicate: bool
 
+    def __init__(self, id: int, duplicate: bool) -> None:  # see actions.py on explicit __init__
+        self.id = id
+        self.duplicate = duplicate
+
 
 @dataclass(frozen=True, slots=True)
 class TaskInfo:

@@ -11,6 +11,10 @@ and once with the batched calls (``submit_many``/``complete_many``), when the en
 Task specs are built before the clock starts: the benchmark measures the engine, not TaskSpec
 construction.
 
+Every line names the engine measured: ``compiled`` (the modules mypyc built, scripts/build_engine.py)
+or ``python`` (the sources: no current build, or ``CRONOQ_PURE_PYTHON=1``). Compare the two by
+running the benchmark once each way.
+
 Run: python loadtests/engine_bench.py [--quick] [--backlogs 1000,1000000] [--cycles N]
 """
 
@@ -33,6 +37,7 @@ from cronoq.engine import (
     ResourceConfig,
     Success,
     TaskSpec,
+    _native,
 )
 from cronoq.engine.types import NS_PER_S
 
@@ -44,7 +49,8 @@ Step = Callable[[Core, int, list[int], list[TaskSpec]], None]
 
 
 def emit(**fields: object) -> None:
-    print(json.dumps({"bench": "engine", **fields}), flush=True)
+    engine = "compiled" if _native.COMPILED else "python"
+    print(json.dumps({"bench": "engine", "engine": engine, **fields}), flush=True)
 
 
 class Specs:

@@ -38,7 +38,7 @@ from typing import Any, Protocol, TypeVar
 
 import grpc
 from cronoq.cluster.peers import Peer, PeerChannels
-from cronoq.cluster.topology import MOVED_KEY, SHARD_KEY, Topology, stale_placement
+from cronoq.cluster.topology import MOVED_KEY, SHARD_KEY, Placement, Topology, stale_placement
 from cronoq.config import Config, Role, ShardSection
 
 from cronoq.proto import console_pb2 as cpb
@@ -187,8 +187,11 @@ class Router:
                 raise
         try:
             return await call()
-        except RouteError as exc:
-            found = stale_placement(exc.metadata) if exc.code is Status.FAILED_PRECONDITION else None
+        except Exception as exc:
+            # The second try may have been served here (the local API's own error type, with the
+            # same code and metadata): a shard the pool is being handed to that has not noticed yet
+            # refuses naming the placement it still holds.
+            found = _stale_refusal(exc)
             if found is None:
                 raise
             raise RouteError(Status.UNAVAILABLE, f"pool {found[0]!r} is changing shards; retry shortly") from None
@@ -772,3 +775,14 @@ def _with_id(request: pb.WaitRequest, task_id: int) -> pb.WaitRequest:
 
 def shards_of(sections: Sequence[ShardSection]) -> list[str]:
     return [shard.name for shard in sections]
+
+
+def _stale_refusal(exc: Exception) -> tuple[str, Placement] | None:
+    """The placement a refusal as routed on an old placement names: a ``RouteError`` from a peer,
+    or the local API's error, which carries the same ``code`` (a status or an enum of statuses
+    with ``grpc``) and ``metadata``."""
+    code = getattr(exc, "code", None)
+    if getattr(code, "grpc", code) is not Status.FAILED_PRECONDITION:
+        return None
+    metadata = getattr(exc, "metadata", None)
+    return stale_placement(metadata) if isinstance(metadata, tuple) else None

@@ -158,6 +158,9 @@ class Driver:
         self._consecutive_faults = 0
         # Commands that already ran in a step that faulted (kept alive so their ids stay theirs).
         self._retried: dict[int, Command] = {}
+        self.pools_away: set[str] = set()
+        """Pools released from the engine for a live move whose rows may still be in the store
+        (docs/pool-moves.md): an engine rebuilt from the store now would not know them."""
 
     # ------------------------------------------------------------------------------------------
     # Lifecycle
@@ -218,6 +221,11 @@ class Driver:
     @property
     def leading(self) -> bool:
         return self.role is Role.LEADER
+
+    def reconfigured(self, config: CoreConfig) -> None:
+        """The running engine's pools changed (a pool joined or left it in a live move): rebuilds
+        and the rest of this leadership use ``config``."""
+        self._config = self._leading_config = config
 
     async def _notice_lost(self, store: Store) -> None:
         """An idle driver steps down as soon as the store reports lost leadership."""
@@ -589,6 +597,11 @@ class Driver:
         old = self.core
         store = self._store
         assert old is not None and store is not None
+        if self.pools_away:
+            # Restoring the store now would find the rows of a pool the engine no longer runs and
+            # end them as "no longer configured"; the next leadership resumes the move instead.
+            await self._step_down(f"internal error while pools {sorted(self.pools_away)} are being handed over")
+            return False
         running = [Abort(lease_id, task_id, "engine rebuilt after an internal error")
                    for lease_id, task_id in old.active_leases()]  # fmt: skip
         if running:

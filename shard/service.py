@@ -48,7 +48,9 @@ from cronoq.engine import (
     TaskStatus,
     UnknownTask,
 )
-from cronoq.engine.actions import RecoveredTask
+from cronoq.engine.actions import Recovered, RecoveredTask
+from cronoq.engine.config import PoolConfig
+from cronoq.engine.handover import Adopted, Released
 from cronoq.engine.views import TaskQuery
 from cronoq.stores.base import Store
 from cronoq.stores.history import HistoryRead, Transition, clamp_cursor, info_of
@@ -414,6 +416,41 @@ class ShardService:
     async def withhold(self, pool: str, withheld: bool = True) -> None:
         """Start no attempt of ``pool`` while ``withheld`` (see ``Core.withhold``)."""
         await self._call(lambda core, now: core.withhold(pool, withheld))
+
+    async def release_pool(self, pool: str) -> Released:
+        """Let go of a drained pool handed to another shard (see ``Core.release_pool``). Returns
+        once every step before it is committed, so the store then holds all the pool's rows."""
+
+        def release(core: Core, now: int) -> Released:
+            released = core.release_pool(pool)
+            self.driver.pools_away.add(pool)
+            self.driver.reconfigured(core.config)
+            return released
+
+        released: Released = await self._call(release)
+        # Whoever waits here for one of its tasks asks again, and is sent to the pool's new shard.
+        moved = NotLeader(f"not the leader of pool {pool!r} any more (it moved to another shard)")
+        for task_id in released.ids:
+            for future in self._waiters.pop(task_id, ()):
+                if not future.done():
+                    future.set_exception(moved)
+        for session in self.workers.in_pools({pool}):
+            with contextlib.suppress(WorkerGone):
+                session.send(ShutdownOut(f"pool {pool!r} moved to another shard", True))
+            self.workers.remove(session)  # it holds no lease (drained); the engine has no group of it now
+        return released
+
+    async def join_pool(self, config: PoolConfig, recovered: Recovered) -> Adopted:
+        """Add a pool handed over to this shard, with its stored rows, to the running engine."""
+
+        def join(core: Core, now: int) -> Adopted:
+            adopted = core.join_pool(now, config, recovered)
+            self.driver.pools_away.discard(config.name)
+            self.driver.reconfigured(core.config)
+            return adopted
+
+        adopted: Adopted = await self._call(join)
+        return adopted
 
     async def running_in(self, pool: str) -> int:
         """How many attempts of ``pool`` are running."""

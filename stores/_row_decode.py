@@ -15,7 +15,7 @@ import operator
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final, NoReturn
 
-from cronoq.engine.actions import RecoveredRecurring, RecoveredTask, TaskRecord
+from cronoq.engine.actions import Recovered, RecoveredRecurring, RecoveredTask, TaskRecord
 from cronoq.engine.types import (
     Dep,
     EdgeCond,
@@ -391,6 +391,17 @@ def quarantined_task(row: Sequence[Any], reason: str, now: int) -> RecoveredTask
 
 def log_bad_recurring(name: object, exc: Exception) -> None:
     log.error("recurring schedule %r cannot be decoded and is skipped: %s", name, exc)
+
+
+def add_recurring(recovered: Recovered, rows: Iterable[Sequence[Any]], codec: Codec) -> None:
+    """Decode recurring rows into ``recovered``; one that cannot be decoded is logged, skipped and
+    counted as quarantined."""
+    for row in rows:
+        try:
+            recovered.recurring.append(decode_recurring(row, codec))
+        except Corrupt as exc:
+            log_bad_recurring(row[0], exc)
+            recovered.quarantined += 1
 
 
 def decode_recurring(row: Sequence[Any], codec: Codec) -> RecoveredRecurring:

@@ -3,8 +3,9 @@
 The source shard keeps ``cronoq_moves`` (the latest move of each pool: its id, target, version,
 phase) and ``cronoq_forwarded`` (ids handed over, and where to). A move is recorded by the
 source's leader (``request_move``, fenced by its epoch; phase ``draining`` while the pool's running
-attempts end, then ``requested``); the next leader of the source carries it out before it recovers
-the store (``transfer``), while no engine runs on the source:
+attempts end, then ``requested``). It is carried out (``transfer``) by that leader once its engine
+let go of the pool (Postgres), or else by the next leader of the source before it recovers the
+store; either way no engine of the source holds the pool while its rows change hands:
 
 * Postgres (both schemas in one database): one transaction, fenced by the source's epoch, copies
   the pool's task rows (with their status transitions) and schedules into the target's schema,
@@ -17,6 +18,9 @@ the store (``transfer``), while no engine runs on the source:
   the target's half being a no-op the second time, and it can no longer be aborted (the target
   may own the pool already). The source never leads with a move pending past ``draining``, so
   only the target can serve the pool.
+
+``recover_pool`` reads one pool's rows back the way recovery would: what a target's running
+engine adds when the pool arrives, or a source's when a handover was refused.
 
 Before anything is written the move is checked against both stores: live dependency edges between
 the pool and other pools of the source, keys of the pool already used in the target, schedule
@@ -34,6 +38,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cronoq.engine.actions import Recovered
+
 from ._schema import POOL_MOVES_VERSION
 from .base import Corrupt, Fenced, StoreError, Unavailable
 from .placements import MAX_NAME, notify_sql, pg_connection
@@ -44,6 +50,7 @@ __all__ = [
     "MoveRow",
     "forwarded_to",
     "read_moves",
+    "recover_pool",
     "request_move",
     "set_move_phase",
     "transfer",
@@ -193,6 +200,52 @@ async def forwarded_to(store: Any, task_id: int) -> tuple[str, str, int] | None:
             f"SELECT pool, shard, version FROM {s}.cronoq_forwarded WHERE id = $1", _db_id(task_id)
         )
     return None if row is None else (str(row["pool"]), str(row["shard"]), int(row["version"]))
+
+
+async def recover_pool(store: Any, pool: str, now: int, retention: int,
+                       template_pool: Callable[[str], str | None]) -> Recovered:  # fmt: skip
+    """The rows of ``pool`` in a running leader's Postgres store, as recovery would read them (its
+    live tasks, those finished within the retention window, the terminal parents they name, and
+    the schedules whose template names it): what a target adds to its running engine once a move
+    handed the pool over, and what a source takes back when the handover was refused."""
+    from . import _pg_events as E
+    from . import _row_decode as D
+    from . import _rows as R
+    from .postgres import quote_schema
+
+    s = quote_schema(store.schema)
+    cols = ", ".join(R.READ_COLUMNS)
+    rec = D.Recovery(store.codec, now)
+    cutoff = now - retention
+    async with pg_connection(store) as conn, conn.transaction(isolation="repeatable_read"):
+        events = E.EventFold([r[0] for r in await conn.fetch(E.read_events_sql(s))])
+        rows = await conn.fetch(
+            f"SELECT {cols} FROM {s}.cronoq_tasks WHERE pool = $1 AND (finished_at IS NULL OR finished_at >= $2)"
+            " ORDER BY id",
+            pool,
+            cutoff,
+        )
+        rec.add_rows([events.apply(row) for row in rows])
+        ids, keys = rec.missing_parents()
+        if ids or keys:
+            parents = await conn.fetch(
+                f"SELECT {cols} FROM {s}.cronoq_tasks"
+                " WHERE pool = $1 AND (id = ANY($2::bigint[]) OR key = ANY($3::text[]))",
+                pool,
+                ids,
+                keys,
+            )
+            rec.add_parents([events.apply(p) for p in parents], ids, keys)
+        schedules = [
+            row
+            for row in await conn.fetch(
+                f"SELECT {', '.join(R.RECURRING_COLUMNS)} FROM {s}.cronoq_recurring ORDER BY name"
+            )
+            if template_pool(row["spec"]) == pool
+        ]
+    recovered = Recovered(tasks=rec.ordered(), quarantined=len(rec.quarantined))
+    D.add_recurring(recovered, schedules, store.codec)
+    return recovered
 
 
 def _db_id(task_id: int) -> int:
@@ -554,6 +607,15 @@ async def _pg_transfer(store: Any, epoch: int, move: MoveRow, source_shard: str,
     async with pg_connection(store) as conn, conn.transaction():
         if await conn.fetchval(fence_sql(s), epoch, store.holder) is None:
             raise Fenced(f"epoch {epoch} no longer leads schema {store.schema}")
+        # The leader serves while it hands a pool over: an abort may have come first. Locking the
+        # move's row orders the two.
+        phase = await conn.fetchval(
+            f"SELECT phase FROM {s}.cronoq_moves WHERE pool = $1 AND move_id = $2 FOR UPDATE", move.pool, move.move_id
+        )
+        if phase == "done":
+            return Transferred(0, 0)  # carried out already: repeating it changes nothing
+        if phase in ("aborted", "refused"):
+            raise MoveRefused(f"the move of pool {move.pool!r} is {phase!r}")
         await _pg_check_target(conn, target_schema, move.target)
         task_cols = ", ".join(f'"{c}"' for c in await _pg_columns(conn, store.schema, "cronoq_tasks"))
         rec_cols = ", ".join(f'"{c}"' for c in await _pg_columns(conn, store.schema, "cronoq_recurring"))

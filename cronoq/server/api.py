@@ -104,6 +104,8 @@ class Api:
         self.drain: Callable[[MoveRow, bool], None] = lambda move, start: None
         """Start (True) or stop draining a pool for ``move`` (the app's ``_drain``)."""
         self.incoming: frozenset[str] = frozenset()
+        self.leaving: dict[str, str] = {}
+        """Pools this leader is handing over right now, and to which shard (UNAVAILABLE meanwhile)."""
         """Pools handed to this shard that the next leadership will serve (UNAVAILABLE until then)."""
 
     def adopt(self, config: Config, topology: Topology) -> None:
@@ -148,6 +150,8 @@ class Api:
     def check_pool(self, principal: Principal, pool: str) -> None:
         """A pool a request names: in scope, known, and served here."""
         principal.check_pool(pool, self._all_pools)
+        if self.leaving and pool in self.leaving:
+            raise ApiError.unavailable(f"pool {pool!r} is moving to shard {self.leaving[pool]!r}; retry shortly")
         if pool not in self._pool_set and pool in self.incoming:
             raise ApiError.unavailable(f"pool {pool!r} is being handed to this shard; retry shortly")
         if pool not in self._pool_set:
@@ -224,7 +228,13 @@ class Api:
     def _foreign_dependency(self, exc: AdmissionError, specs: Sequence[TaskSpec]) -> ApiError | None:
         """The refusal of a dependency on a task another shard created and this one does not hold:
         with pool moves the id alone no longer decides (a moved pool's tasks keep their ids), so it
-        is told once the engine did not find it."""
+        is told once the engine did not find it. Also a pool that left the engine meanwhile."""
+        if exc.code is SubmitCode.UNKNOWN_POOL and self.moves is not None:
+            # Checked as served, then the engine let go of it for a move before the submission
+            # reached it: the pool is changing shards, and the caller retries.
+            pool = specs[exc.index or 0].pool
+            if pool is not None and pool in self._all_pools:
+                return ApiError.unavailable(f"pool {pool!r} is changing shards; retry shortly")
         if exc.code is not SubmitCode.UNKNOWN_DEPENDENCY or not self.config.sharded:
             return None
         spec = specs[exc.index or 0]

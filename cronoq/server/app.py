@@ -18,12 +18,14 @@ import contextlib
 import logging
 import socket
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import grpc
 
+from cronoq.cluster.topology import Topology
 from cronoq.config import (
     Config,
     MemoryStoreConfig,
@@ -32,7 +34,7 @@ from cronoq.config import (
     WebhookScaler,
     parse_socket_addr,
 )
-from cronoq.engine import CoreConfig
+from cronoq.engine import ConfigError, CoreConfig, PoolConfig
 from cronoq.router import Router
 from cronoq.shard.blob import BlobCodec
 from cronoq.shard.driver import DriverOptions
@@ -175,6 +177,9 @@ class ServerApp:
         self.api.relead = self._relead.set
         self.api.drain = self._drain
         self._draining: dict[str, asyncio.Task[None]] = {}
+        self._joining: asyncio.Future[None] | None = None
+        """Pools handed to this shard being added to its running engine (``_join``)."""
+        self._clock = time.time_ns
         self.on_listening = on_listening
         self._core_config = core_config(config)
         self._credentials = _credentials(config)
@@ -370,12 +375,6 @@ class ServerApp:
         self._core_config = core_config(placed)
         return self._core_config
 
-    def _handed(self, placed: frozenset[str]) -> None:
-        """The record now places ``placed`` on this shard: until the next leadership serves the new
-        ones, callers are told to retry rather than sent back to the shard that gave them away."""
-        self.api.incoming = placed - frozenset(self.api.pools)
-        self._relead.set()
-
     def _drain(self, move: MoveRow, start: bool) -> None:
         """Start (or stop) draining ``move``'s pool under the current leadership."""
         running = self._draining.pop(move.pool, None)
@@ -398,13 +397,124 @@ class ServerApp:
                     await asyncio.sleep(DRAIN_POLL_S)
                 if await self.moves.drained(service.driver.epoch or 0, move):
                     log.info("pool %r drained for its move to shard %r", move.pool, move.target)
-                    self._relead.set()
+                    if not self.moves.live or not await self._hand_over(service, move):
+                        self._relead.set()
                 return
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the store's troubles: the driver notices them too
                 log.warning("draining pool %r for its move: %s; retrying", move.pool, exc)
                 await asyncio.sleep(DRAIN_POLL_S * 10)
+
+    async def _hand_over(self, service: ShardService, move: MoveRow) -> bool:
+        """Carry out a drained ``move`` while leading (docs/pool-moves.md): the engine lets go of
+        the pool, its rows go to the target in one fenced transaction, and this node routes the
+        pool there; no other pool notices. False: it is left to the next leadership instead (the
+        pool is this engine's only one, or the store failed with the pool let go of)."""
+        assert self.moves is not None
+        epoch = service.driver.epoch or 0
+        try:
+            # Fold the event log into the rows while the pool still admits: the handover folds
+            # again after the engine let go of the pool, with little left to do then.
+            await self.moves.fold()
+        except Exception as exc:  # the store's troubles: the handover below meets them too
+            log.debug("compacting before a handover: %s", exc)
+        # From here until the pool is served by the target (or again here), callers retry.
+        self.api.leaving = {**self.api.leaving, move.pool: move.target}
+        started = time.monotonic()
+        try:
+            try:
+                await service.release_pool(move.pool)
+                released = time.monotonic()
+            except ConfigError as refused:  # its only pool, or an abort let an attempt start
+                log.info("pool %r is moved in a takeover: %s", move.pool, refused)
+                return False
+            if not await self.moves.hand_over(epoch, move):
+                # Refused by a check: the pool stays, with its rows as the store holds them.
+                rows = await self.moves.rows(move.pool, self._clock(), self._core_config.retention)
+                await service.join_pool(self._pool_config(self.config, move.pool), rows)
+                return True
+            service.driver.pools_away.discard(move.pool)
+            handed = time.monotonic()
+            # The record now places the pool on the target at the move's version (the transaction
+            # wrote it): no need to read it back.
+            self._serve_record({**self.api.topology.record(), move.pool: (move.target, move.version)})
+            log.info("pool %r let go of in %.3f s, handed over in %.3f s, routed there in %.3f s", move.pool,
+                     released - started, handed - released, time.monotonic() - handed)  # fmt: skip
+            return True
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the store's troubles: the next leadership resumes the move
+            log.warning("handing pool %r over while leading failed: %s; taking the lead again", move.pool, exc)
+            return False
+        finally:
+            self.api.leaving = {pool: to for pool, to in self.api.leaving.items() if pool != move.pool}
+
+    def _handed(self, placed: frozenset[str], record: dict[str, tuple[str, int]]) -> bool:
+        """The record now places ``placed`` on this shard (a pool handed to it, or given away):
+        with live moves, pools handed here join the running engine; otherwise, or when that fails,
+        the next leadership serves them. Answers whether to keep watching."""
+        arriving = placed - frozenset(self.api.pools)
+        leaving = frozenset(self.api.pools) - placed
+        if leaving <= frozenset(self.api.leaving) and not arriving:
+            return True  # this leader's own handover, which updates what it serves itself
+        self.api.incoming = arriving
+        service = self.service
+        if self.moves is None or not self.moves.live or service is None or leaving - frozenset(self.api.leaving):
+            log.info("this shard's placements changed (now %s); taking the lead again", sorted(placed))
+            self._relead.set()
+            return False
+        if self._joining is None or self._joining.done():
+            self._joining = asyncio.ensure_future(self._join(service, arriving, record))
+        return True
+
+    async def _join(self, service: ShardService, arriving: frozenset[str], record: dict[str, tuple[str, int]]) -> None:
+        """Add pools handed to this shard to its running engine, with their stored rows, then
+        serve them; if that fails, the next leadership serves them."""
+        moves = self.moves
+        assert moves is not None
+        try:
+            topology, _ = Topology.adopt(self.file_config, record)
+            placed = topology.apply(self.file_config)
+            for pool in sorted(arriving):
+                read = time.monotonic()
+                rows = await moves.rows(pool, self._clock(), self._core_config.retention)
+                joining = time.monotonic()
+                adopted = await service.join_pool(self._pool_config(placed, pool), rows)
+                log.info("pool %r joined this shard's engine: %d tasks, %d schedules (its rows read in %.3f s,"
+                         " joined in %.3f s)", pool, adopted.tasks, adopted.schedules, joining - read,
+                         time.monotonic() - joining)  # fmt: skip
+                if adopted.key_clashes:
+                    log.error("pool %r: keys already held by other pools here keep naming those tasks: %s", pool,
+                              adopted.key_clashes[:5])  # fmt: skip
+            self._serve(placed, topology)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("adding pools %s to the running engine failed: %s; taking the lead again", sorted(arriving),
+                        exc)  # fmt: skip
+            self._relead.set()
+
+    def _serve_record(self, record: dict[str, tuple[str, int]]) -> None:
+        """Serve and route by ``record``, the shard's durable placements as they are now."""
+        topology, _ = Topology.adopt(self.file_config, record)  # differences: logged at leadership
+        self._serve(topology.apply(self.file_config), topology)
+
+    def _serve(self, placed: Config, topology: Topology) -> None:
+        """Serve and route by the shard's durable placements as ``placed_config`` read them."""
+        self.config = placed
+        self._core_config = core_config(placed)
+        self.api.adopt(placed, topology)
+        for pool, placement in topology.placements().items():
+            self.router.topology.learn(pool, placement)
+
+    @staticmethod
+    def _pool_config(config: Config, pool: str) -> PoolConfig:
+        """The engine's configuration of ``pool`` as ``config`` gives it to this shard."""
+        for pool_config in core_config(config).pools:
+            if pool_config.name == pool:
+                return pool_config
+        raise ConfigError(f"pool {pool!r} is not placed on this shard")
 
     async def _lead(self, service: ShardService) -> str:
         """Serve as the leader until stop() ("stop"), leadership is lost ("lost") or a pool move
@@ -419,14 +529,15 @@ class ServerApp:
         watching = None
         if self.moves is not None:
             known = frozenset(pool.name for pool in self.file_config.pools)
-            watching = asyncio.ensure_future(self.moves.watch(frozenset(self.api.pools), known, self._handed))
+            watching = asyncio.ensure_future(self.moves.watch(lambda: frozenset(self.api.pools), known, self._handed))
         try:
             await asyncio.wait({lost, stopping, relead}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             # The move watcher and drains may be inside a store call: they end before the next leadership.
             draining = list(self._draining.values())
             self._draining.clear()
-            await _cancel_and_wait(stopping, relead, watching, *draining)
+            joining, self._joining = self._joining, None
+            await _cancel_and_wait(stopping, relead, watching, joining, *draining)
         if lost.done():
             return "lost"
         await _cancel_and_wait(lost)

@@ -510,7 +510,7 @@ class HttpGateway:
         from .telemetry import trace_http  # OpenTelemetry: a span per request, only when it is on
 
         # The same (traced) handler serves both protocols; it reads only what H2Request has too.
-        listener = Listener(trace_http(gateway.handle, gateway._match), ConnectionBounds.of(gateway.limits))
+        listener = Listener(trace_http(gateway.handle, gateway._match), ConnectionBounds.of(gateway.limits), lean=True)
         self._listeners.append(listener)
         loop = asyncio.get_running_loop()
 

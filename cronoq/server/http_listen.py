@@ -18,6 +18,14 @@ What a connection is held to, whoever sent it (none of it needs credentials):
 - ``limits.write_stall_timeout_s`` with its answer unread (the socket's buffer full), then cut.
 - HTTP/2 streams have their own bounds (``http2.Http2Limits``: resets per second, zero windows).
 
+On the gateway's listener (``lean=True``) a plain ``POST /v1/tasks`` is read and answered by the
+lean path of ``http1_lean`` instead of aiohttp, under the same bounds: its head is held to the same
+timeout and size here, its body must have arrived with it (at most 64 KiB, ``LEAN_MAX_BODY_BYTES``),
+a client's further bytes wait in a buffer of at most one head and one body (reading pauses beyond),
+one request at a time in arrival order, and the connection is closed after ``limits.idle_timeout_s``
+without a request, as aiohttp does. The first request that is not that plain hands the connection
+to aiohttp for good.
+
 Refusals of malformed HTTP/1.1 are answered ``{"error", "code"}`` like every other error and
 logged at debug level without the offending bytes, which may hold a credential.
 """
@@ -41,6 +49,7 @@ from aiohttp.http_exceptions import HttpProcessingError, LineTooLong
 
 from cronoq.config import LimitsConfig, TlsConfig, parse_socket_addr
 
+from .http1_lean import LEAN_MAX_BODY_BYTES, LeanRequest, answer_bytes, lean_head
 from .http2 import PREFACE, Http2Connection, Http2Limits, reset, retire
 
 __all__ = ["ConnectionBounds", "Http1Handler", "ListenError", "Listener", "bind", "format_address",
@@ -68,6 +77,8 @@ class ConnectionBounds:
     max_headers: int
     write_stall_timeout_s: float
     http2: Http2Limits
+    max_body_bytes: int = 1 << 20
+    """``limits.max_http_body_bytes``: the largest body the lean HTTP/1.1 path holds."""
 
     @classmethod
     def of(cls, limits: LimitsConfig) -> ConnectionBounds:
@@ -87,6 +98,7 @@ class ConnectionBounds:
                 max_header_bytes=limits.max_header_bytes,
                 max_headers=limits.max_headers,
             ),
+            max_body_bytes=limits.max_http_body_bytes,
         )
 
 
@@ -195,6 +207,18 @@ class Connection(asyncio.Protocol):
         self._head_timer: asyncio.TimerHandle | None = None
         self._head_since = 0.0
         self._stall_timer: asyncio.TimerHandle | None = None
+        # The lean HTTP/1.1 path (``http1_lean``): the bytes not yet served while the connection is
+        # on it (None once aiohttp serves it), the request being answered, and its idle timer.
+        self._lean: bytearray | None = None
+        self._lean_task: asyncio.Task[None] | None = None
+        self._lean_paused = False
+        self._write_paused = False
+        self._close_when_answered = False
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._idle_since = 0.0
+        self._lean_max_body = min(self._bounds.max_body_bytes, LEAN_MAX_BODY_BYTES)
+        self._lean_buffer_limit = self._bounds.max_header_bytes + self._lean_max_body
+        """Buffered beyond this, reading pauses until a request is served."""
 
     # ------------------------------------------------------------------------ asyncio protocol
 
@@ -218,7 +242,9 @@ class Connection(asyncio.Protocol):
         if self._state is _CLOSING:
             return  # refused: what the client still sends is dropped until the socket closes
         inner = self._inner
-        if inner is None:
+        if self._lean is not None:
+            self._http1_data(data)
+        elif inner is None:
             self._decide(data)
         elif self._http1:
             self._http1_data(data)
@@ -231,23 +257,29 @@ class Connection(asyncio.Protocol):
         return self._inner.eof_received() if self._inner is not None else None
 
     def pause_writing(self) -> None:
+        self._write_paused = True
         if self._stall_timer is None:
             self._stall_timer = self._loop.call_later(self._bounds.write_stall_timeout_s, self._stalled)
         if self._inner is not None:
             self._inner.pause_writing()
 
     def resume_writing(self) -> None:
+        self._write_paused = False
         if self._stall_timer is not None:
             self._stall_timer.cancel()
             self._stall_timer = None
         if self._inner is not None:
             self._inner.resume_writing()
+        if self._lean is not None:
+            self._lean_next()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        for timer in (self._head_timer, self._stall_timer):
+        for timer in (self._head_timer, self._stall_timer, self._idle_timer):
             if timer is not None:
                 timer.cancel()
-        self._head_timer = self._stall_timer = None
+        self._head_timer = self._stall_timer = self._idle_timer = None
+        if self._lean_task is not None:
+            self._lean_task.cancel()  # as aiohttp cancels a handler whose client went away
         if self._counted:
             self._counted = False
             self._listener.connections.discard(self)
@@ -272,17 +304,32 @@ class Connection(asyncio.Protocol):
         transport = self._transport
         assert transport is not None
         self._http1 = http1
-        inner = self._inner = self._listener.http1() if http1 else self._listener.http2()
-        inner.connection_made(transport)
+        if http1 and self._listener.lean:
+            # aiohttp's protocol is made only when the connection is handed to it: until then it
+            # would count the connection as idle (and close it after its keep-alive time).
+            self._lean = bytearray()
+        else:
+            inner = self._inner = self._listener.http1() if http1 else self._listener.http2()
+            inner.connection_made(transport)
         if first and not transport.is_closing():
             if http1:
                 self._http1_data(first)
             else:
-                inner.data_received(first)
+                assert self._inner is not None
+                self._inner.data_received(first)
 
     # ------------------------------------------------------------------------ HTTP/1.1 heads
 
     def _http1_data(self, data: bytes) -> None:
+        if self._lean is not None:
+            self._lean += data
+            self._lean_next()
+            if self._lean is not None and len(self._lean) > self._lean_buffer_limit and not self._lean_paused:
+                # A client far ahead of its answers (or not reading them) waits until one is served.
+                self._lean_paused = True
+                if self._transport is not None:
+                    self._transport.pause_reading()
+            return
         if self._state is _IDLE:
             # The first byte of the next request: its head must be complete within the timeout.
             self._state, self._head_bytes, self._head_tail = _HEAD, 0, b""
@@ -313,6 +360,104 @@ class Connection(asyncio.Protocol):
         request's body is still to come (aiohttp reads it and drops it, or closes)."""
         if self._http1 and body_read:
             self._state = _IDLE
+
+    # ------------------------------------------------------------------------ the lean path
+
+    def _lean_next(self) -> None:
+        """Serve the next request buffered on the lean path, if one may start now: none is being
+        answered, the client reads its answers, and its head (and body) are complete."""
+        buffer = self._lean
+        if buffer is None or self._lean_task is not None or self._write_paused or self._close_when_answered:
+            return
+        transport = self._transport
+        if not buffer or transport is None or transport.is_closing():
+            return
+        bounds = self._bounds
+        if self._state is _IDLE:  # the first byte of the next request: as in _http1_data
+            self._state = _HEAD
+            self._arm_head_timer()
+        end = buffer.find(_HEAD_END)
+        head_size = len(buffer) if end < 0 else end + len(_HEAD_END)
+        if head_size > bounds.max_header_bytes:
+            self._lean = None
+            self._refuse(431, f"the request head is larger than {bounds.max_header_bytes} bytes")
+            return
+        if end < 0:
+            self._head_bytes = head_size  # the head timer answers 408 if it never completes
+            if self._lean_paused:  # what is buffered is less than a head: read the rest
+                self._lean_paused = False
+                transport.resume_reading()
+            return
+        parsed = lean_head(bytes(buffer[:end]), bounds.max_headers, self._lean_max_body)
+        if parsed is None or len(buffer) < head_size + parsed[1]:
+            self._hand_to_aiohttp()
+            return
+        headers, length = parsed
+        body = bytes(buffer[head_size : head_size + length])
+        del buffer[: head_size + length]
+        self._state = _REQUEST
+        self._listener.lean_requests += 1
+        request = LeanRequest(headers, body, transport)
+        self._lean_task = self._loop.create_task(self._lean_serve(request, transport))
+        if self._lean_paused and len(buffer) <= self._lean_buffer_limit:
+            self._lean_paused = False
+            transport.resume_reading()
+
+    def _hand_to_aiohttp(self) -> None:
+        """aiohttp serves this connection from the request at the front of the buffer on."""
+        assert self._lean is not None and self._lean_task is None
+        data = bytes(self._lean)
+        self._lean = None
+        assert self._transport is not None
+        inner = self._inner = self._listener.http1()
+        inner.connection_made(self._transport)
+        if self._write_paused:
+            inner.pause_writing()
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+        if self._lean_paused and self._transport is not None:
+            self._lean_paused = False
+            self._transport.resume_reading()
+        self._state, self._head_bytes, self._head_tail = _IDLE, 0, b""
+        self._http1_data(data)
+
+    async def _lean_serve(self, request: LeanRequest, transport: asyncio.Transport) -> None:
+        try:
+            answer = answer_bytes(await self._listener.handler(request))
+        except Exception as exc:  # the gateway answers its own errors; this is what aiohttp would do
+            log.error("http: internal error answering a request", exc_info=exc)
+            answer = None
+        finally:
+            self._lean_task = None
+        if answer is None:
+            body = _error_bytes(500, "internal error")
+            answer = (b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: %d\r\nConnection: close\r\n\r\n%b" % (len(body), body), True)  # fmt: skip
+        data, closes = answer
+        if transport.is_closing():
+            return
+        transport.write(data)
+        self._state = _IDLE
+        if closes or self._close_when_answered:
+            transport.close()
+            return
+        self._idle_since = self._loop.time()
+        if self._idle_timer is None:
+            self._idle_timer = self._loop.call_later(self._bounds.idle_timeout_s, self._idle_timer_fired)
+        self._lean_next()
+
+    def _idle_timer_fired(self) -> None:
+        """Like ``_head_timer_fired``, one timer for many requests: close an idle connection."""
+        self._idle_timer = None
+        if self._lean is None or self._state is not _IDLE or self._lean_task is not None or self._write_paused:
+            return  # a request is in progress or answers wait to be read (their own timers bound
+            # them), or aiohttp serves the connection
+        left = self._idle_since + self._bounds.idle_timeout_s - self._loop.time()
+        if left > 0:
+            self._idle_timer = self._loop.call_later(left, self._idle_timer_fired)
+        elif self._transport is not None:
+            self._transport.close()
 
     def _refuse(self, status: int, message: str) -> None:
         """Answer a request that never reached aiohttp, and hang up."""
@@ -381,7 +526,7 @@ class Connection(asyncio.Protocol):
     @property
     def decided(self) -> bool:
         """The connection has said which protocol it speaks."""
-        return self._inner is not None
+        return self._inner is not None or self._lean is not None
 
     def close(self) -> None:
         if self._transport is not None:
@@ -390,10 +535,26 @@ class Connection(asyncio.Protocol):
     def retire(self, grace_s: float) -> None:
         """Close without cutting an answer short: at once while undecided, HTTP/1.1 once the
         request in progress is answered, HTTP/2 with GOAWAY (open streams get ``grace_s``)."""
-        if self._inner is None:
+        if self._lean is not None:
+            self.retire_lean(grace_s)
+        elif self._inner is None:
             self.close()
         else:
             retire(self._inner, grace_s)
+
+    def retire_lean(self, grace_s: float) -> asyncio.Task[None] | None:
+        """Retire a connection on the lean path: closed once its answer is written (cancelled
+        after ``grace_s``), at once when none is being answered; the task answering, if any.
+        A connection aiohttp serves is left alone (None)."""
+        if self._lean is None:
+            return None
+        task = self._lean_task
+        if task is None:
+            self.close()
+            return None
+        self._close_when_answered = True
+        self._loop.call_later(grace_s, task.cancel)
+        return task
 
 
 def _connection_of(request: Any) -> Connection | None:
@@ -423,9 +584,11 @@ class Listener:
     low-level server (``web.Server`` is documented as a protocol factory for
     ``loop.create_server``; ``Http1Handler`` is its protocol), HTTP/2 ones by ``Http2Connection``."""
 
-    def __init__(self, handler: Callable[[Any], Any], bounds: ConnectionBounds) -> None:
+    def __init__(self, handler: Callable[[Any], Any], bounds: ConnectionBounds, *, lean: bool = False) -> None:
         self.bounds = bounds
         self._handler = handler
+        self.lean = lean
+        """Plain ``POST /v1/tasks`` requests take the lean path (``http1_lean``): the gateway's listener."""
         # What aiohttp's HTTP/1.1 protocol is built with (``web.Server`` keeps the same for its own).
         self._http1_options: dict[str, Any] = {
             "access_log": None,
@@ -443,6 +606,13 @@ class Listener:
         self.refused = 0
         self.slow_heads = 0
         self.stalled = 0
+        self.lean_requests = 0
+        """Requests the lean HTTP/1.1 path served (the rest went to aiohttp or HTTP/2)."""
+
+    @property
+    def handler(self) -> Callable[[Any], Any]:
+        """The request handler, for HTTP/1.1 (aiohttp's and the lean path) and HTTP/2 alike."""
+        return self._handler
 
     def http1(self) -> asyncio.Protocol:
         # What ``web.Server.__call__`` does, with the protocol that keeps parser errors quiet.
@@ -481,6 +651,12 @@ class Listener:
         for connection in list(self.connections):
             if not connection.decided:
                 connection.close()
+        # Answers in progress on the lean path are written first: aiohttp's shutdown below would
+        # close their connections at once, since aiohttp itself has no request in progress on them.
+        answering = [task for connection in list(self.connections)
+                     if (task := connection.retire_lean(SHUTDOWN_TIMEOUT_S)) is not None]  # fmt: skip
+        if answering:
+            await asyncio.wait(answering)
         await asyncio.gather(self.runner.cleanup(),
                              *(h2.shutdown(SHUTDOWN_TIMEOUT_S) for h2 in list(self.http2_connections)),
                              return_exceptions=True)  # fmt: skip

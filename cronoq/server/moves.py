@@ -1,11 +1,13 @@
 """Moving pools between shards, as one server takes part (``docs/pool-moves.md``).
 
 The source's leader records the move (``draining``) and lets the pool's running attempts end
-there while it starts no new one (the app's ``_drain``); once none runs, the move is ``requested``
-and the leader steps down. Whichever replica leads the source next carries the move out before
-recovering its store (``carry_out``), so no engine of the source runs while the pool's rows change
-hands. The target's leader notices the new placement in its own record (``watch``) and steps down
-too; its next leadership serves the pool.
+there while it starts no new one (the app's ``_drain``); once none runs, the move is ``requested``.
+On Postgres the leader then hands the pool over while it leads (``hand_over``, after its engine let
+go of the pool), and the target's leader, told by the handover's commit (``watch``), reads the
+pool's rows (``rows``) and adds the pool to its running engine. Where that is not possible (SQLite,
+a failure half-way, a leader that died), the source's leader steps down and whichever replica leads
+the source next carries the move out before recovering its store (``carry_out``); the target's
+leader then steps down too, and its next leadership serves the pool.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import time
 import uuid
 from collections.abc import Callable
 
+from cronoq.engine.actions import Recovered
 from cronoq.stores.base import Store
 from cronoq.stores.placements import placement_watch
 from cronoq.stores.pool_moves import (
@@ -25,6 +28,7 @@ from cronoq.stores.pool_moves import (
     MoveRow,
     forwarded_to,
     read_moves,
+    recover_pool,
     request_move,
     set_move_phase,
     transfer,
@@ -97,6 +101,38 @@ class PoolMoves:
             # the pool's callers and workers there: until it does, it would send them back.
             await asyncio.sleep(NOTIFIED_HANDOVER_PAUSE_S if self.notified else HANDOVER_PAUSE_S)
 
+    @property
+    def live(self) -> bool:
+        """Whether moves are carried out while both leaders run (Postgres: the handover is one
+        transaction and the target is notified by its commit); otherwise in a takeover."""
+        return self.notified
+
+    async def fold(self) -> None:
+        """Fold the store's status event log into its task rows now (Postgres), so that the
+        handover, which folds it first thing, finds little left to fold."""
+        compact = getattr(self.store, "compact", None)
+        if compact is not None:
+            await compact()
+
+    async def hand_over(self, epoch: int, move: MoveRow) -> bool:
+        """Carry out ``move`` under a running leadership whose engine has let go of the pool: the
+        same fenced transaction as ``carry_out``. False if a check refused it (marked so, with the
+        reason: the pool stays here). Other failures raise; the move stays ``requested`` and the
+        next leadership of this shard carries it out."""
+        try:
+            done = await transfer(self.store, epoch, move, self.shard, self.namespace_of(move.target), template_pool)
+        except MoveRefused as refused:
+            log.warning("move of pool %r refused: %s", move.pool, refused)
+            await set_move_phase(self.store, epoch, move.pool, move.move_id, "refused", str(refused), self.clock())
+            return False
+        log.info("pool %r handed to shard %r while leading: %d tasks, %d schedules", move.pool, move.target,
+                 done.tasks, done.schedules)  # fmt: skip
+        return True
+
+    async def rows(self, pool: str, now: int, retention: int) -> Recovered:
+        """The stored rows of ``pool`` in this shard's store, as a pool joining the engine needs."""
+        return await recover_pool(self.store, pool, now, retention, template_pool)
+
     async def request(self, epoch: int, pool: str, target: str, version: int) -> tuple[MoveRow, bool]:
         """Record a move of ``pool`` (fenced by ``epoch``); the move and whether it is new (False:
         one was already requested, and is returned)."""
@@ -121,12 +157,13 @@ class PoolMoves:
     async def forwarded(self, task_id: int) -> tuple[str, str, int] | None:
         return await forwarded_to(self.store, task_id)
 
-    async def watch(self, serving: frozenset[str], known: frozenset[str],
-                    changed: Callable[[frozenset[str]], None]) -> None:  # fmt: skip
+    async def watch(self, serving: Callable[[], frozenset[str]], known: frozenset[str],
+                    changed: Callable[[frozenset[str], dict[str, tuple[str, int]]], bool]) -> None:  # fmt: skip
         """Until cancelled: call ``changed`` with the pools of ``known`` the shard's record places
-        on it, once they are other than ``serving`` (a pool handed to it, or given away). On
-        Postgres the commit that changes the record notifies; the record is read again at once,
-        and every ``NOTIFIED_POLL_S`` in case a notification was missed."""
+        on it and the record, whenever they are other than ``serving()`` (a pool handed to it, or
+        given away); it answers whether to keep watching. On Postgres the commit that changes the record
+        notifies; the record is read again at once, and every ``NOTIFIED_POLL_S`` in case a
+        notification was missed."""
         while True:
             try:
                 async with placement_watch(self.store) as watch:
@@ -135,10 +172,7 @@ class PoolMoves:
                         placements = await watch.read()
                         placed = frozenset(pool for pool, (shard, _) in placements.items()
                                            if shard == self.shard and pool in known)  # fmt: skip
-                        if placements and placed != serving:
-                            log.info("this shard's placements changed (now %s); taking the lead again",
-                                     sorted(placed))  # fmt: skip
-                            changed(placed)
+                        if placements and placed != serving() and not changed(placed, dict(placements)):
                             return
                         await watch.wait(every)
             except asyncio.CancelledError:

@@ -175,3 +175,30 @@ def test_a_large_plain_backlog_is_queued_in_submission_order() -> None:
         for lease in list(quiet.running.values()):
             quiet.complete(lease)
     assert [lease.task_id for lease in quiet.dispatched] == ids
+
+
+def test_a_child_released_by_a_parent_that_restore_ends_is_queued_once() -> None:
+    # The parent was running its last attempt when the leader died: restore ends it (the attempt
+    # counts as used) and that end releases its child, which must then be Ready once, not twice.
+    def submit(*parents: int) -> Submit:
+        return Submit("main", Priority.CRITICAL, None, None, None, None, list(parents))
+
+    ops: list[Submit | Run | Advance] = [
+        submit(),
+        Run(1, [True]),
+        submit(),  # the parent: fails twice, then runs its third and last attempt
+        Run(1, [False]),
+        Advance(1.0),
+        Run(1, [False]),
+        Advance(2.0),
+        submit(1),  # the child, waiting for the parent to end either way
+        Run(1, []),
+    ]
+    old = play(ops)
+    for transitions in (False, True):
+        sim, _ = restored(old, transitions)
+        sim.core.check_invariants()
+        sim.core.set_group_capacity(sim.now, "main", {}, 4)
+        sim.step()
+        sim.core.check_invariants()
+        assert [lease.task_id for lease in sim.dispatched] == [old.core.last_id]

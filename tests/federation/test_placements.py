@@ -210,6 +210,24 @@ async def test_a_pool_both_shards_refuse_is_unavailable_to_the_caller(nodes: dic
     assert "pool 'other' is changing shards; retry shortly" in (caught.value.details() or "")
 
 
+async def test_a_pool_handed_to_the_entry_shard_that_has_not_taken_it_yet_is_unavailable(
+    nodes: dict[str, Node], stores: Stores
+) -> None:
+    """s1's record places ``other`` on s2 (version 2), as right after a live handover, before s2's
+    leader took the pool. A call entering at s2 goes to s1 by s2's own record, learns version 2
+    from the refusal and is retried here, where s2 still refuses naming its old placement: the
+    caller hears UNAVAILABLE, which it retries (the pool-move drill saw producers give up on the
+    refusal)."""
+    nodes["s1"].stop()
+    await asyncio.to_thread(stores.place, "s1", "other", "s2", 2)
+    nodes["s1"].start()
+    async with grpc.aio.insecure_channel(nodes["s2"].address) as channel:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await pbg.TasksStub(channel).Submit(pb.SubmitRequest(task=pb.TaskSpec(pool="other")), metadata=CLIENT)
+    assert caught.value.code() is grpc.StatusCode.UNAVAILABLE
+    assert "pool 'other' is changing shards; retry shortly" in (caught.value.details() or "")
+
+
 async def test_schedules_follow_the_learned_placement(nodes: dict[str, Node]) -> None:
     async with grpc.aio.insecure_channel(nodes["s3"].address) as channel:
         admin = pbg.AdminStub(channel)

@@ -158,7 +158,9 @@ def move_in_thread(cli: Cli, *args: str) -> tuple[threading.Thread, list[str]]:
     return thread, said
 
 
-async def test_a_pool_moves_under_load_and_keeps_its_tasks_keys_ids_and_schedules(cluster: dict[str, Node]) -> None:
+async def test_a_pool_moves_under_load_and_keeps_its_tasks_keys_ids_and_schedules(
+    cluster: dict[str, Node], stores: Stores
+) -> None:
     runs = Runs()
     async with (
         grpc.aio.insecure_channel(cluster["s1"].address) as c1,
@@ -251,6 +253,13 @@ async def test_a_pool_moves_under_load_and_keeps_its_tasks_keys_ids_and_schedule
         on_s1 = await pbg.AdminStub(c1).ListRecurring(pb.Empty(), metadata=(*ADMIN, *HERE))
         assert [s.name for s in on_s2.schedules] == ["p1-yearly"]
         assert [s.name for s in on_s1.schedules] == []
+    if stores.kind == "postgres":
+        # A live move: neither leader stepped down; the pool left s1's engine and joined s2's.
+        for node in cluster.values():
+            log = node.stderr()
+            assert log.count("leadership gained") == 1 and "taking the lead again" not in log, log[-3000:]
+        assert "handed to shard 's2' while leading" in cluster["s1"].stderr()
+        assert "pool 'p1' joined this shard's engine" in cluster["s2"].stderr()
     # Both records agree, at the new version.
     text = Cli(cluster["s1"].address).ok("admin", "topology", token=METRICS_TOKEN)
     assert "s2  topology version 2  serves: p1@2, p2@1" in text

@@ -294,3 +294,23 @@ async def test_a_new_leader_dead_letters_rows_it_cannot_run_and_leads(
         await store.close()
         await db.drop()
     assert "quarantined" in caplog.text  # the undecodable row is reported at ERROR by the store
+
+
+async def test_a_fault_while_a_pool_is_being_handed_over_steps_down_instead_of_rebuilding(
+    stored_leader: tuple[Driver, Sink, Any],
+) -> None:
+    """An engine rebuilt from the store while a released pool's rows may still be there would end
+    them as "pool no longer configured": the leader steps down, and the next one resumes the move
+    (docs/pool-moves.md)."""
+    driver, _, _ = stored_leader
+    driver.pools_away.add("leaving")
+
+    def fault(core: Core, now: int) -> None:
+        core.submit(now, TaskSpec(key="half"))
+        raise RuntimeError("bug while a pool is away")
+
+    with pytest.raises(Exception):  # noqa: B017 - the caller hears an error of some kind
+        await asyncio.wait_for(driver.call(fault), WAIT_S)
+    await asyncio.wait_for(driver.wait_stepped_down(), WAIT_S)
+    assert not driver.leading
+    assert "being handed over" in (driver.stop_reason or "")

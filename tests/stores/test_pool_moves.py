@@ -18,7 +18,16 @@ from cronoq.engine.types import Dep, RecurringSpec, TaskSpec, TaskStatus
 from cronoq.stores import Fenced, Unavailable
 from cronoq.stores import _schema as schema_mod
 from cronoq.stores.placements import load_placements, placement_watch, read_placements
-from cronoq.stores.pool_moves import MoveRefused, MoveRow, forwarded_to, read_moves, request_move, transfer
+from cronoq.stores.pool_moves import (
+    MoveRefused,
+    MoveRow,
+    forwarded_to,
+    read_moves,
+    recover_pool,
+    request_move,
+    set_move_phase,
+    transfer,
+)
 from cronoq.stores.postgres import apply_migrations as pg_migrations
 from cronoq.stores.sqlite import apply_migrations as sqlite_migrations
 
@@ -103,6 +112,37 @@ async def test_a_move_interrupted_half_way_is_carried_out_once_by_the_next_leade
     assert (await read_placements(successor))["p1"] == ("s2", 2)
     assert (await read_placements(target))["p1"] == ("s2", 2)
     assert (await read_moves(successor))["p1"].phase == "done"
+
+
+async def test_a_live_handover_reads_back_only_the_pool_and_refuses_a_move_aborted_meanwhile(
+    shards: list[Any],
+) -> None:
+    """What a target leader adds to its running engine is exactly the pool's rows (Postgres, where
+    moves are live); a move aborted while its leader was about to hand it over stays put."""
+    source_db, target_db, source, target = shards
+    if source_db.kind != "postgres":
+        pytest.skip("moves are carried out while leading on Postgres only")
+    epoch = await source.acquire_leadership()
+    await source.commit(epoch, [task(S1 + 1, "p1", key="a"), task(S1 + 2, "p1"), task(S1 + 3, "default")])
+    await source.commit(epoch, [PutRecurring(RecurringSpec("yearly", "0 0 1 1 *", TaskSpec(pool="p1")), T0, None)])
+    await request_move(source, epoch, MOVE)
+    assert await set_move_phase(source, epoch, "p1", MOVE.move_id, "aborted", "by an admin", T0)
+    with pytest.raises(MoveRefused, match="aborted"):
+        await transfer(source, epoch, MOVE, "s1", namespace(target_db), pool_of_template)
+    assert await rows(target) == {}
+    mine = await recover_pool(source, "p1", T0, 10**15, pool_of_template)
+    assert [item.record.id for item in mine.tasks] == [S1 + 1, S1 + 2]
+    assert [schedule.spec.name for schedule in mine.recurring] == ["yearly"]
+
+    again = MoveRow("p1", "m2", "s2", 2, "requested", "", T0)
+    await request_move(source, epoch, again)
+    await transfer(source, epoch, again, "s1", namespace(target_db), pool_of_template)
+    target_epoch = await target.acquire_leadership()
+    await target.commit(target_epoch, [task((2 << 56) + 1, "p2")])
+    arrived = await recover_pool(target, "p1", T0, 10**15, pool_of_template)
+    assert [item.record.id for item in arrived.tasks] == [S1 + 1, S1 + 2]
+    assert [schedule.spec.name for schedule in arrived.recurring] == ["yearly"]
+    assert (await recover_pool(source, "p1", T0, 10**15, pool_of_template)).tasks == []
 
 
 async def test_a_move_splitting_live_dependencies_or_reusing_keys_is_refused_and_changes_nothing(

@@ -1,7 +1,7 @@
 """cronoq embedded: ``cronoq.Scheduler`` with a ``PostgresStore`` in the driver's own process.
 
 The same path as ``loadtests/store_bench.py``: one pool of ``workers * concurrency`` slots (256
-by default, the remote row's total) with an async executor, tasks submitted with
+by default) with an async executor, or ``NOOP_SLOTS`` for tasks that do nothing, tasks submitted with
 ``Scheduler.submit_batch``. Submitter, engine and executors share one process, so its CPU is all
 reported as the ``client`` part. For the backlog the pool's capacity is 0 until the driver starts
 consuming.
@@ -15,6 +15,11 @@ from peers.probe import TASK_SECONDS, Probe
 from peers.systems.base import Case, Database, System
 
 POOL = "default"
+NOOP_SLOTS = 512
+"""Slots of the pool when tasks do nothing: what the remote row's server grants its workers at most
+(the pool's ``max`` in server_bench's configuration), while pgqueuer's no-op jobs run uncapped,
+500 fetched at a time by each of its workers. Every slot freed by one step is refilled by one
+commit, so the slots bound the tasks per commit (loadtests/peers/README.md)."""
 
 
 class CronoqInProcess(System):
@@ -28,7 +33,7 @@ class CronoqInProcess(System):
         self.database: Database = Database.for_case(case, "cronoqip")
         self.probe = Probe(report=False)
         self.scheduler: Any = None
-        self.slots = case.workers * case.concurrency
+        self.slots = NOOP_SLOTS if case.handler == "noop" else case.workers * case.concurrency
 
     async def open(self) -> None:
         from cronoq.stores.postgres import PostgresStore
