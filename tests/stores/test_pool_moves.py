@@ -114,14 +114,13 @@ async def test_a_move_interrupted_half_way_is_carried_out_once_by_the_next_leade
     assert (await read_moves(successor))["p1"].phase == "done"
 
 
+@pytest.mark.parametrize("shards", ["postgres"], indirect=True)  # moves are live on Postgres only
 async def test_a_live_handover_reads_back_only_the_pool_and_refuses_a_move_aborted_meanwhile(
     shards: list[Any],
 ) -> None:
     """What a target leader adds to its running engine is exactly the pool's rows (Postgres, where
     moves are live); a move aborted while its leader was about to hand it over stays put."""
-    source_db, target_db, source, target = shards
-    if source_db.kind != "postgres":
-        pytest.skip("moves are carried out while leading on Postgres only")
+    _, target_db, source, target = shards
     epoch = await source.acquire_leadership()
     await source.commit(epoch, [task(S1 + 1, "p1", key="a"), task(S1 + 2, "p1"), task(S1 + 3, "default")])
     await source.commit(epoch, [PutRecurring(RecurringSpec("yearly", "0 0 1 1 *", TaskSpec(pool="p1")), T0, None)])
