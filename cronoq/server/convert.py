@@ -412,25 +412,48 @@ def lease_server_message(lease: Dispatch) -> pb.ServerMessage:
     return m
 
 
-def fill_lease(m: pb.Lease, lease: Dispatch) -> None:
+_LEASE_FIXED_BYTES = 100
+"""An upper bound on a ``Lease``'s encoding besides its strings, payload and tags: each field's
+tag, the longest varints of its numbers and the length prefixes of its five string fields."""
+_TAG_ENTRY_BYTES = 18
+"""An upper bound on one ``tags`` entry besides its key and value: the entry's tag and length
+prefix, and the tags and length prefixes of its key and value."""
+
+
+def _utf8_bound(text: str) -> int:
+    # isascii() reads a flag CPython keeps on the string, so this is cheaper than encoding it;
+    # no code point takes more than four bytes of UTF-8.
+    return len(text) if text.isascii() else 4 * len(text)
+
+
+def fill_lease(m: pb.Lease, lease: Dispatch) -> int:
     """Write ``lease`` into an empty ``Lease`` message; fields at their default are left unset,
-    which encodes the same and costs less for every lease of a busy pool."""
+    which encodes the same and costs less for every lease of a busy pool. Returns an upper bound
+    on the bytes ``m`` encodes to, cheaper than ``m.ByteSize()`` (a batch writer sums it per lease)."""
     m.SetInParent()
     m.lease = lease.id
     m.task_id = lease.task_id
     m.attempt = lease.attempt
+    size = _LEASE_FIXED_BYTES
     payload = blob_of(lease.payload)
     if payload.data:
         m.payload = payload.data
+        size += len(payload.data)
     if payload.content_type:
         m.content_type = payload.content_type
+        size += _utf8_bound(payload.content_type)
     if lease.kind:
         m.kind = lease.kind
+        size += _utf8_bound(lease.kind)
     if lease.key:
         m.key = lease.key
+        size += _utf8_bound(lease.key)
     if lease.tags:
         m.tags.update(lease.tags)
+        for name, value in lease.tags.items():
+            size += _TAG_ENTRY_BYTES + _utf8_bound(name) + _utf8_bound(value)
     m.pool = lease.pool
+    size += _utf8_bound(lease.pool)
     m.priority = _PRIORITY_OUT[lease.priority]  # type: ignore[assignment]
     if lease.timeout is not None:
         m.timeout_s = lease.timeout / NS_PER_S
@@ -438,6 +461,7 @@ def fill_lease(m: pb.Lease, lease: Dispatch) -> None:
         m.deadline_unix_ns = lease.deadline
     if lease.lease_ttl is not None:
         m.lease_ttl_s = lease.lease_ttl / NS_PER_S
+    return size
 
 
 def snapshot_response(snap: Snapshot, workers: Mapping[str, int]) -> pb.SnapshotResponse:
