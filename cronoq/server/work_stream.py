@@ -282,10 +282,16 @@ class _WorkStream:
                 if isinstance(out, LeaseOut):
                     lease = batch.leases.add()
                     # An upper bound from fill_lease: ByteSize() per lease cost a third as much again.
-                    size += fill_lease(lease, out.lease) + 8
+                    grown = size + fill_lease(lease, out.lease) + 8
+                    if grown > limit and size:
+                        # Past what the worker takes (a lease bigger than the headroom): it goes
+                        # first in the next message. A lease alone is sent whatever its size.
+                        del batch.leases[-1]
+                        break
                 else:
                     abort = batch.aborts.add(lease=out.lease_id, reason=out.reason)
-                    size += abort.ByteSize() + 8
+                    grown = size + abort.ByteSize() + 8
+                size = grown
                 if size >= limit:
                     out = None
                     break

@@ -39,6 +39,10 @@ name = "sized"
 max = 64
 
 [[pools]]
+name = "large"
+max = 64
+
+[[pools]]
 name = "client"
 max = 64
 
@@ -226,6 +230,24 @@ async def test_batches_stay_within_the_size_the_worker_takes(server: ServerProce
         assert (await stream.recv()).registered.batching
         messages = await leases_until(stream, 20)
         assert len(messages) > 5
+        assert all(message.ByteSize() <= limit for message in messages)
+        stream.outbox.put_nowait(None)
+        stream.call.cancel()
+
+
+async def test_a_lease_larger_than_the_headroom_waits_for_the_next_batch(
+    server: ServerProcess, client: Client
+) -> None:
+    """Leases bigger than the server's headroom: a batch never takes one past what the worker
+    announced (its receive limit), it goes first in the next message instead."""
+    await fill(client, "large", 10, payload=b"x" * 6000)
+    limit = 4096 + 7000  # one such lease fits under the batch size, two would pass the limit
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        stream = RawStream(channel)
+        stream.send(register=register("large", 10, batch_bytes=limit))
+        assert (await stream.recv()).registered.batching
+        messages = await leases_until(stream, 10)
+        assert [len(message.batch.leases) for message in messages] == [1] * 10
         assert all(message.ByteSize() <= limit for message in messages)
         stream.outbox.put_nowait(None)
         stream.call.cancel()
