@@ -235,9 +235,7 @@ async def test_batches_stay_within_the_size_the_worker_takes(server: ServerProce
         stream.call.cancel()
 
 
-async def test_a_lease_larger_than_the_headroom_waits_for_the_next_batch(
-    server: ServerProcess, client: Client
-) -> None:
+async def test_a_lease_larger_than_the_headroom_waits_for_the_next_batch(server: ServerProcess, client: Client) -> None:
     """Leases bigger than the server's headroom: a batch never takes one past what the worker
     announced (its receive limit), it goes first in the next message instead."""
     await fill(client, "large", 10, payload=b"x" * 6000)
