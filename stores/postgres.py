@@ -71,7 +71,6 @@ from ._prepared import PreparedSteps
 from .base import (
     DEFAULT_CODEC,
     Codec,
-    Corrupt,
     Fenced,
     SchemaTooNew,
     ShardMismatch,
@@ -701,12 +700,7 @@ class PostgresStore:
         except _PG_FAILURES as exc:
             raise _map_error(exc, "recovery") from exc
         result = Recovered(tasks=rec.ordered(), quarantined=len(rec.quarantined))
-        for rrow in rec_rows:
-            try:
-                result.recurring.append(D.decode_recurring(rrow, self.codec))
-            except Corrupt as exc:
-                D.log_bad_recurring(rrow[0], exc)
-                result.quarantined += 1
+        D.add_recurring(result, rec_rows, self.codec)
         high_id = R.from_db_id(high) if high is not None else 0
         result.id_high_water = max(high_id, result.tasks[-1].record.id) if result.tasks else high_id  # in id order
         return result

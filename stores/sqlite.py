@@ -536,12 +536,7 @@ class SqliteStore:
                     self._lose(epoch, str(exc))
                 raise
         result = Recovered(tasks=rec.ordered(), quarantined=len(rec.quarantined))
-        for rrow in rec_rows:
-            try:
-                result.recurring.append(D.decode_recurring(rrow, self.codec))
-            except Corrupt as exc:
-                D.log_bad_recurring(rrow[0], exc)
-                result.quarantined += 1
+        D.add_recurring(result, rec_rows, self.codec)
         high_id = R.from_db_id(high) if high is not None else 0
         result.id_high_water = max([high_id, *(t.record.id for t in result.tasks)])
         return result
