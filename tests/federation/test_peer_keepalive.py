@@ -9,8 +9,6 @@ the peer channel's own settings the connection outlived the bound below by far."
 from __future__ import annotations
 
 import asyncio
-import os
-import re
 import signal
 from pathlib import Path
 
@@ -20,7 +18,7 @@ from cronoq.proto import cronoq_pb2 as pb
 from cronoq.proto import cronoq_pb2_grpc as pbg
 from tests.federation.conftest import Federation
 from tests.federation.test_routing import bearer
-from tests.server.harness import CLIENT_TOKEN
+from tests.server.harness import CLIENT_TOKEN, tcp_sockets
 
 PING_INTERVAL_S = 6.0  # the least a peer channel pings at (keepalive_interval_s below is 1)
 PING_TIMEOUT_S = 2.0
@@ -29,27 +27,8 @@ BOUND_S = 3 * (PING_INTERVAL_S + PING_TIMEOUT_S)
 
 
 def established_ports(pid: int, remote_port: int) -> set[int]:
-    """Local ports of the process's ESTABLISHED TCP connections to ``remote_port`` (IPv4, or IPv4
-    mapped into IPv6 as grpcio opens them)."""
-    inodes = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue  # closed meanwhile
-        found = re.fullmatch(r"socket:\[(\d+)\]", target)
-        if found:
-            inodes.add(found.group(1))
-    ports = set()
-    for name in ("tcp", "tcp6"):
-        with open(f"/proc/{pid}/net/{name}") as table:
-            next(table)
-            for line in table:
-                fields = line.split()
-                local, remote, state, inode = fields[1], fields[2], fields[3], fields[9]
-                if state == "01" and inode in inodes and int(remote.split(":")[1], 16) == remote_port:
-                    ports.add(int(local.split(":")[1], 16))
-    return ports
+    """Local ports of the process's ESTABLISHED TCP connections to ``remote_port``."""
+    return {local for state, local, remote in tcp_sockets(pid) if state == "01" and remote == remote_port}
 
 
 async def test_a_node_drops_its_connection_to_a_frozen_peer(tmp_path: Path) -> None:

@@ -242,3 +242,26 @@ class ChildWorker:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait(5)
+
+
+def tcp_sockets(pid: int) -> list[tuple[str, int, int]]:
+    """The TCP sockets process ``pid`` holds, IPv4 and IPv6 (grpcio maps IPv4 into IPv6), as
+    (state in /proc/net/tcp's hex, e.g. "01" ESTABLISHED or "0A" LISTEN, local port, remote port)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue  # closed meanwhile
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    sockets = []
+    for table in ("tcp", "tcp6"):
+        with open(f"/proc/{pid}/net/{table}") as rows:
+            next(rows)
+            for line in rows:
+                fields = line.split()
+                if fields[9] in inodes:
+                    local, remote = (int(address.rsplit(":", 1)[1], 16) for address in fields[1:3])
+                    sockets.append((fields[3], local, remote))
+    return sockets

@@ -5,7 +5,6 @@ workers still get exactly one)."""
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import AsyncIterator, Iterator
 
 import grpc
@@ -13,7 +12,7 @@ import pytest
 
 from cronoq.client import Client, Lease, Worker
 from cronoq.proto import cronoq_pb2 as pb
-from tests.server.harness import CLIENT_TOKEN, TOKENS_TOML, WORKER_TOKEN, ServerProcess
+from tests.server.harness import CLIENT_TOKEN, TOKENS_TOML, WORKER_TOKEN, ServerProcess, tcp_sockets
 from tests.server.test_workers import RawStream
 
 CONFIG = f"""
@@ -75,23 +74,7 @@ async def client(server: ServerProcess) -> AsyncIterator[Client]:
 
 def listening_ports(pid: int) -> set[int]:
     """The TCP ports process ``pid`` listens on (its sockets in LISTEN state, IPv4 and IPv6)."""
-    inodes = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[len("socket:[") : -1])
-    ports = set()
-    for table in ("tcp", "tcp6"):
-        with open(f"/proc/{pid}/net/{table}") as f:
-            next(f)
-            for line in f:
-                fields = line.split()
-                if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
-                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-    return ports
+    return {local for state, local, _ in tcp_sockets(pid) if state == "0A"}
 
 
 async def test_the_server_listens_on_its_grpc_http_and_metrics_ports_only(
