@@ -104,9 +104,9 @@ class Api:
         self.drain: Callable[[MoveRow, bool], None] = lambda move, start: None
         """Start (True) or stop draining a pool for ``move`` (the app's ``_drain``)."""
         self.incoming: frozenset[str] = frozenset()
+        """Pools handed to this shard that the next leadership will serve (UNAVAILABLE until then)."""
         self.leaving: dict[str, str] = {}
         """Pools this leader is handing over right now, and to which shard (UNAVAILABLE meanwhile)."""
-        """Pools handed to this shard that the next leadership will serve (UNAVAILABLE until then)."""
 
     def adopt(self, config: Config, topology: Topology) -> None:
         """Serve the pools ``config`` gives this shard (as its durable placements place them)."""
